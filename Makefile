@@ -1,0 +1,41 @@
+# podtailor developer entry points. `make test` and `make demo` work on a fresh Debian machine:
+# scripts/setup.sh installs Debian packages, the virtualenv and the control plane build first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup test unit lint demo demo-down bench soak clean help
+
+help:
+	@echo "make test   - install everything, lint (ruff, mypy), run the whole suite against a real local cluster"
+	@echo "make demo   - bring up the local cluster (real control plane + Prometheus) and run the demo"
+	@echo "make bench  - run the benchmarks and write tests/benchmarks/RESULTS.md"
+	@echo "make lint   - ruff and mypy only"
+	@echo "make unit   - unit tests only (no servers)"
+
+setup:
+	@bash scripts/setup.sh
+
+lint: setup
+	$(VENV)/bin/ruff check recommender updater tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict tests/harness tests/nodesim
+
+test: setup lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: setup
+	@bash scripts/demo.sh
+
+demo-down:
+	$(PY) -m tests.harness down
+
+bench: setup
+	$(PY) -m tests.benchmarks
+
+clean:
+	rm -rf .cluster .pytest_cache .mypy_cache .ruff_cache

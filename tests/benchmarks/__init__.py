@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): each module measures one thing and writes its table to RESULTS.md."""

@@ -1,0 +1,19 @@
+"""Run every benchmark (``make bench``) and write RESULTS.md."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.benchmarks import bench_cluster
+
+
+def main() -> int:
+    for name, module in (("cluster", bench_cluster),):
+        print(f"benchmark {name} ...", file=sys.stderr, flush=True)
+        module.main([])
+    print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Shared pytest fixtures: one real control plane and one real Prometheus per test session.
+
+Owns the fixtures every integration test uses: ``cluster`` (the state of a private local cluster started
+for this session), ``api`` (a kubernetes ``ApiClient`` with admin credentials), ``namespace`` (a fresh
+namespace per test, deleted afterwards) and ``prometheus`` (a private Prometheus). Servers start only
+when a test asks for them, on 127.0.0.1, and are stopped at the end of the session, also on SIGTERM
+(turned into KeyboardInterrupt so that pytest runs the finalizers) and on SIGKILL of pytest
+(the children have PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+from kubernetes import client, config
+
+from tests.harness.cluster import ClusterState, LocalCluster
+from tests.harness.prometheus import LocalPrometheus
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _sigterm)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    workdir = tmp_path_factory.mktemp("cluster")
+    local = LocalCluster(workdir)
+    state = local.start()
+    print(f"\nlocal cluster {state.version} at {state.server}, logs in {workdir / 'logs'} "
+          f"(started in {local.timings['start_s']:.1f}s)", file=sys.stderr)
+    try:
+        yield state
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def api(cluster: ClusterState) -> Iterator[client.ApiClient]:
+    api_client = config.new_client_from_config(config_file=cluster.kubeconfig)
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+def _namespace_name(test_name: str) -> str:
+    stem = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
+    return f"t-{stem}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(api)
+    name = _namespace_name(request.node.name)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # Pods cannot be created before the controller manager has made the default ServiceAccount.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            break
+        except client.ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPrometheus]:
+    prom = LocalPrometheus(Path(tmp_path_factory.mktemp("prometheus")), scrape_interval_s=2.0)
+    prom.start()
+    try:
+        yield prom
+    finally:
+        prom.stop()
