@@ -15,7 +15,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -24,6 +24,8 @@ from kubernetes import client, config
 
 from tests.harness.cluster import ClusterState, LocalCluster
 from tests.harness.prometheus import LocalPrometheus
+from tests.nodesim.kubelet import NodeSimulator, SimConfig
+from tests.nodesim.nodes import NodePool
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -89,3 +91,27 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPromet
         yield prom
     finally:
         prom.stop()
+
+
+SimFactory = Callable[..., NodeSimulator]
+
+
+@pytest.fixture
+def make_sim(api: client.ApiClient, namespace: str) -> Iterator[SimFactory]:
+    """Start node simulators for this test: ``make_sim(NodePool(...), ..., actuation_delay_s=...)``.
+
+    Node names start with the test's namespace, so tests never share nodes; they are deleted afterwards.
+    """
+    sims: list[NodeSimulator] = []
+
+    def make(*pools: NodePool, **options: object) -> NodeSimulator:
+        config = SimConfig(pools=tuple(pools), name_prefix=f"{namespace}-{len(sims)}", **options)  # type: ignore[arg-type]
+        sim = NodeSimulator(api, config).start()
+        sims.append(sim)
+        return sim
+
+    try:
+        yield make
+    finally:
+        for sim in sims:
+            sim.stop(delete_nodes=True)

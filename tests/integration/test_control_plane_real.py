@@ -10,26 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.harness.cluster import ClusterState
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
-
-
-def eventually(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _container(requests: dict[str, str], limits: dict[str, str]) -> dict[str, Any]:

@@ -56,3 +56,31 @@ def test_backfilled_samples_come_back_from_promql(prometheus: LocalPrometheus, t
     assert float(rate[0]["value"][1]) == pytest.approx(0.25, rel=1e-9)
     # And the backfill survived the restart that made it visible: the server is up and ready.
     assert prom.check_prometheus_connection()
+
+
+def test_usage_model_history_backfills_into_prometheus(prometheus: LocalPrometheus, tmp_path: Path) -> None:
+    from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
+    from tests.nodesim.usage import Daily
+
+    model = Daily(cpu_cores=0.5, memory_bytes=200 * 2**20, cpu_amplitude_cores=0.2,
+                  memory_amplitude_bytes=50 * 2**20, peak_hour=14)
+    container = ExportContainer(namespace="hist", pod="web-7d9f-abcde", container="app", node="n1", model=model,
+                                owner_name="web-7d9f", replicaset_owner_name="web", cpu_request_millicores=500,
+                                memory_request_bytes=256 * 2**20, memory_limit_bytes=512 * 2**20)
+    now_s = float(int(time.time()) // 60 * 60)
+    path = tmp_path / "history.om"
+    with path.open("w") as out:
+        written = write_openmetrics(out, [container], now_s=now_s, days=2, step_s=60)
+    assert written > 2 * 1440
+    prometheus.backfill(path)
+    prom = PrometheusConnect(url=prometheus.url, disable_ssl=True)
+    at = now_s - 86400 - 3600  # a grid point a day and an hour ago
+    sel = '{namespace="hist",pod="web-7d9f-abcde",container="app"}'
+    memory = prom.custom_query(f"container_memory_working_set_bytes{sel}", params={"time": at})
+    assert float(memory[0]["value"][1]) == model.sample(at).memory_bytes
+    # The counter integrates the model: its 10-minute rate is the model's mean over those 10 minutes.
+    rate = prom.custom_query(f"rate(container_cpu_usage_seconds_total{sel}[10m])", params={"time": at})
+    expected = sum(model.sample(at - 600 + 5 + 10 * k).cpu_cores for k in range(60)) / 60
+    assert float(rate[0]["value"][1]) == pytest.approx(expected, rel=0.02)  # 6 sub-samples/min vs 60 here
+    owner = prom.custom_query('kube_replicaset_owner{namespace="hist"}', params={"time": at})
+    assert owner[0]["metric"]["owner_name"] == "web"
