@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from tests.benchmarks import bench_cluster
+from tests.benchmarks import bench_cluster, bench_nodesim
 
 
 def main() -> int:
-    for name, module in (("cluster", bench_cluster),):
+    for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim)):
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         module.main([])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)

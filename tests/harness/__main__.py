@@ -40,6 +40,13 @@ def _up(workdir: Path, targets: list[str]) -> int:
 
 
 def _down(workdir: Path) -> int:
+    sim_pid = workdir / "nodesim.pid"
+    if sim_pid.exists():
+        pid = int(sim_pid.read_text())
+        if pid_alive(pid):
+            stop_pid(pid, timeout_s=30)  # it deletes its nodes on SIGTERM
+            print("stopped the node simulator")
+        sim_pid.unlink()
     prom_state = workdir / "prometheus.json"
     if prom_state.exists():
         pid = int(json.loads(prom_state.read_text())["pid"])
