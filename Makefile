@@ -20,7 +20,7 @@ setup:
 lint: setup
 	$(VENV)/bin/ruff check recommender updater tests
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict tests/harness tests/nodesim
+	$(VENV)/bin/mypy --strict tests/harness tests/nodesim tests/benchmarks
 
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)

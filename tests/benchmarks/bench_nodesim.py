@@ -60,7 +60,7 @@ def run(nodes_per_pool: int = 100, pods: int = 5000, resizes: int = 1000) -> str
         local = LocalCluster(Path(tmp) / "cluster")
         state = local.start()
         try:
-            api = config.new_client_from_config(config_file=state.kubeconfig)
+            api = config.new_client_from_config(config_file=state.kubeconfig)  # type: ignore[no-untyped-call]
             core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
             sim = subprocess.Popen(
                 [sys.executable, "-m", "tests.nodesim", "--kubeconfig", state.kubeconfig, "--metrics-port", "0",

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as err:
         parser.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    api = config.new_client_from_config(config_file=str(args.kubeconfig))
+    api = config.new_client_from_config(config_file=str(args.kubeconfig))  # type: ignore[no-untyped-call]
     sim = NodeSimulator(api, SimConfig(pools=pools, name_prefix=args.name_prefix, metrics_port=args.metrics_port,
                                        clock_speed=args.clock_speed, trace_dir=args.trace_dir)).start()
     print(f"simulating {len(sim.nodes)} nodes; metrics on 127.0.0.1:{sim.metrics_port}", flush=True)
