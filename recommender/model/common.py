@@ -1,0 +1,69 @@
+"""Helpers every strategy shares: strict batch validation, VPA's confidence multipliers, OOM bump.
+
+Owns the checks a ``UsageBatch`` must pass before any state changes (finite, non-negative values and
+timestamps, positive intervals, throttled fractions in [0, 1]; the source should have filtered already, so a
+violation raises ``ValueError`` rather than being silently dropped), the confidence arithmetic of VPA's
+estimator (upper x (1 + 1/c), lower x (1 + 0.001/c)^-2, with c in days; c = 0 gives an infinite upper and a
+zero lower), and VPA's OOM bump max(used + 100 MiB, used x 1.2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from recommender.model.types import Samples, UsageBatch
+
+DAY_S = 86400.0
+MIB = 1024 * 1024
+
+
+def _check_samples(name: str, samples: Samples, *, upper: float | None = None) -> None:
+    if not np.all(np.isfinite(samples.timestamps_s)):
+        raise ValueError(f"{name}: non-finite timestamp")
+    if not np.all(np.isfinite(samples.values)):
+        raise ValueError(f"{name}: NaN or infinite value")
+    if np.any(samples.values < 0):
+        raise ValueError(f"{name}: negative value")
+    if upper is not None and np.any(samples.values > upper):
+        raise ValueError(f"{name}: value above {upper}")
+
+
+def validate_batch(batch: UsageBatch) -> None:
+    """Raise ValueError if the batch carries anything a source must have filtered."""
+    _check_samples("cpu_cores", batch.cpu_cores)
+    _check_samples("memory_peak_bytes", batch.memory_peak_bytes)
+    _check_samples("cpu_throttled_fraction", batch.cpu_throttled_fraction, upper=1.0)
+    for name, interval in (("cpu_interval_s", batch.cpu_interval_s), ("memory_interval_s", batch.memory_interval_s)):
+        if not (math.isfinite(interval) and interval > 0):
+            raise ValueError(f"{name} must be positive and finite")
+    for oom in batch.oom_kills:
+        if not math.isfinite(oom.timestamp_s):
+            raise ValueError("OOM kill with a non-finite timestamp")
+        for amount in (oom.memory_limit_bytes, oom.memory_request_bytes):
+            if amount is not None and amount < 0:
+                raise ValueError("OOM kill with a negative memory amount")
+
+
+def upper_multiplier(confidence_days: float, multiplier: float = 1.0, exponent: float = 1.0) -> float:
+    """VPA's upper-bound confidence factor (1 + multiplier/c)^exponent; infinite at c = 0."""
+    if confidence_days <= 0:
+        return math.inf
+    return float((1.0 + multiplier / confidence_days) ** exponent)
+
+
+def lower_multiplier(confidence_days: float, multiplier: float = 0.001, exponent: float = -2.0) -> float:
+    """VPA's lower-bound confidence factor (1 + multiplier/c)^exponent; zero at c = 0."""
+    if confidence_days <= 0:
+        return 0.0
+    return float((1.0 + multiplier / confidence_days) ** exponent)
+
+
+def oom_bump(used_bytes: float, *, min_bump_bytes: float = 100 * MIB, ratio: float = 1.2) -> float:
+    """Memory to ask for after an OOM: max(used + min bump, used x ratio)."""
+    return max(used_bytes + min_bump_bytes, used_bytes * ratio)
+
+
+def scale_or_none(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor

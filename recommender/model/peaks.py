@@ -1,0 +1,177 @@
+"""Peak bookkeeping: VPA's one-peak-per-aggregation-interval memory feed and per-slot maxima.
+
+Owns ``IntervalPeaks`` (a running max per aggregation interval, time-stamped at the interval end, that
+replaces its own earlier entry in a decaying histogram when a higher sample arrives, with the OOM peak kept
+apart from the usage peak so that repeated OOMs in one interval do not compound, as VPA's
+``model/container.go`` does) and ``SlotMax`` (maximum and sample count per time slot, so that "the max over
+the last N days" and "how many points in the window" are cheap). Samples may arrive in any order within a
+batch; they are sorted here. Pure numpy; no knowledge of strategies or policies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recommender.model.histogram import DecayingHistogram
+from recommender.model.types import FloatArray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SortedSamples:
+    timestamps_s: FloatArray
+    values: FloatArray
+
+
+def sort_samples(timestamps_s: FloatArray, values: FloatArray) -> SortedSamples:
+    """Stable sort by timestamp (batches may arrive out of order)."""
+    order = np.argsort(timestamps_s, kind="stable")
+    return SortedSamples(timestamps_s=timestamps_s[order], values=values[order])
+
+
+def split_at(samples: SortedSamples, timestamp_s: float) -> tuple[SortedSamples, SortedSamples]:
+    """Samples at or before ``timestamp_s``, and those after it."""
+    cut = int(np.searchsorted(samples.timestamps_s, timestamp_s, side="right"))
+    return (SortedSamples(timestamps_s=samples.timestamps_s[:cut], values=samples.values[:cut]),
+            SortedSamples(timestamps_s=samples.timestamps_s[cut:], values=samples.values[cut:]))
+
+
+class IntervalPeaks:
+    """One memory peak per aggregation interval in a decaying histogram (VPA semantics)."""
+
+    __slots__ = ("hist", "interval_s", "last_sample_s", "oom_peak", "usage_peak", "window_end_s")
+
+    def __init__(self, hist: DecayingHistogram, interval_s: float) -> None:
+        self.hist = hist
+        self.interval_s = float(interval_s)
+        self.window_end_s: float | None = None
+        self.usage_peak = 0.0
+        self.oom_peak = 0.0
+        self.last_sample_s: float | None = None
+
+    @property
+    def current_peak(self) -> float:
+        return max(self.usage_peak, self.oom_peak)
+
+    def _raise_current(self, usage: float = 0.0, oom: float = 0.0) -> None:
+        """Raise the current interval's peak; replace its histogram entry if the max grew."""
+        assert self.window_end_s is not None
+        old = self.current_peak
+        self.usage_peak = max(self.usage_peak, usage)
+        self.oom_peak = max(self.oom_peak, oom)
+        if self.current_peak > old:
+            self.hist.subtract(old, self.window_end_s)
+            self.hist.add(np.array([self.current_peak]), np.array([self.window_end_s]))
+
+    def _open_windows(self, timestamps_s: FloatArray, values: FloatArray, *, is_oom: bool) -> None:
+        """Samples at or after the current window end: one new peak per interval they fall in."""
+        assert self.window_end_s is not None
+        k = np.floor((timestamps_s - self.window_end_s) / self.interval_s).astype(np.int64)
+        starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+        peaks = np.maximum.reduceat(values, starts)
+        ends = (self.window_end_s + (k[starts] + 1) * self.interval_s).astype(np.float64)
+        self.hist.add(peaks, ends)
+        self.window_end_s = float(ends[-1])
+        self.usage_peak, self.oom_peak = (0.0, float(peaks[-1])) if is_oom else (float(peaks[-1]), 0.0)
+
+    def add(self, samples: SortedSamples) -> None:
+        """Fold time-sorted usage peaks in; samples older than the last one seen are dropped (as VPA)."""
+        ts, vals = samples.timestamps_s, samples.values
+        if self.last_sample_s is not None:
+            keep = ts >= self.last_sample_s
+            ts, vals = ts[keep], vals[keep]
+        if ts.size == 0:
+            return
+        if self.window_end_s is None:
+            self.window_end_s = float(ts[0])
+        current = ts < self.window_end_s
+        if np.any(current):
+            self._raise_current(usage=float(vals[current].max()))
+        if not np.all(current):
+            self._open_windows(ts[~current], vals[~current], is_oom=False)
+        self.last_sample_s = float(ts[-1])
+
+    def add_oom(self, timestamp_s: float, needed: float) -> bool:
+        """Inject an OOM peak; OOMs older than (last sample - one interval) are dropped (VPA #8548)."""
+        if self.last_sample_s is not None and timestamp_s < self.last_sample_s - self.interval_s:
+            return False
+        if self.window_end_s is None:
+            self.window_end_s = timestamp_s
+        if timestamp_s < self.window_end_s:
+            self._raise_current(oom=needed)
+        else:
+            self._open_windows(np.array([timestamp_s]), np.array([needed]), is_oom=True)
+        self.last_sample_s = max(self.last_sample_s or timestamp_s, timestamp_s)
+        return True
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {"hist": self.hist.to_checkpoint(), "interval_s": self.interval_s, "window_end_s": self.window_end_s,
+                "usage_peak": self.usage_peak, "oom_peak": self.oom_peak, "last_sample_s": self.last_sample_s}
+
+    @staticmethod
+    def from_checkpoint(data: dict[str, Any]) -> IntervalPeaks:
+        peaks = IntervalPeaks(DecayingHistogram.from_checkpoint(data["hist"]), float(data["interval_s"]))
+        peaks.window_end_s = _opt_float(data["window_end_s"])
+        peaks.usage_peak = float(data["usage_peak"])
+        peaks.oom_peak = float(data["oom_peak"])
+        peaks.last_sample_s = _opt_float(data["last_sample_s"])
+        return peaks
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+class SlotMax:
+    """Maximum value and sample count per time slot (slot = floor(t / slot_s)), pruned to a retention."""
+
+    __slots__ = ("counts", "maxima", "retention_s", "slot_s")
+
+    def __init__(self, *, slot_s: float = 86400.0, retention_s: float = 15 * 86400.0) -> None:
+        self.slot_s = float(slot_s)
+        self.retention_s = float(retention_s)
+        self.maxima: dict[int, float] = {}
+        self.counts: dict[int, int] = {}
+
+    def add(self, samples: SortedSamples) -> None:
+        if samples.values.size == 0:
+            return
+        slots = np.floor(samples.timestamps_s / self.slot_s).astype(np.int64)
+        starts = np.flatnonzero(np.concatenate([[True], slots[1:] != slots[:-1]]))
+        maxima = np.maximum.reduceat(samples.values, starts)
+        counts = np.diff(np.append(starts, slots.size))
+        for slot, peak, count in zip(slots[starts].tolist(), maxima.tolist(), counts.tolist(), strict=True):
+            self.maxima[slot] = max(self.maxima.get(slot, peak), peak)
+            self.counts[slot] = self.counts.get(slot, 0) + count
+        keep_from = int(slots[-1]) - math.ceil(self.retention_s / self.slot_s)
+        for slot in [s for s in self.maxima if s < keep_from]:
+            del self.maxima[slot]
+            del self.counts[slot]
+
+    def _slots_in(self, now_s: float, window_s: float) -> list[int]:
+        first = math.floor((now_s - window_s) / self.slot_s)
+        last = math.floor(now_s / self.slot_s)
+        return [s for s in self.maxima if first <= s <= last]
+
+    def max(self, *, now_s: float, window_s: float) -> float | None:
+        """Max over the slots overlapping [now - window, now]; None if there are none."""
+        slots = self._slots_in(now_s, window_s)
+        return max((self.maxima[s] for s in slots), default=None)
+
+    def count(self, *, now_s: float, window_s: float) -> int:
+        return sum(self.counts[s] for s in self._slots_in(now_s, window_s))
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {"slot_s": self.slot_s, "retention_s": self.retention_s,
+                "slots": {str(s): [self.maxima[s], self.counts[s]] for s in sorted(self.maxima)}}
+
+    @staticmethod
+    def from_checkpoint(data: dict[str, Any]) -> SlotMax:
+        out = SlotMax(slot_s=float(data["slot_s"]), retention_s=float(data["retention_s"]))
+        for slot, (peak, count) in data["slots"].items():
+            out.maxima[int(slot)] = float(peak)
+            out.counts[int(slot)] = int(count)
+        return out

@@ -1,0 +1,137 @@
+"""The ``podtailor`` strategy: our default estimator, VPA's shape with its known weaknesses fixed.
+
+Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (days) per resource is
+min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
+counts in full. CPU: request = max(slow p90, fast p90) x (1 + margin) over throttling-corrected samples
+(rises within hours, falls at the 12h half-life pace); bounds p50/p95 x margin x VPA's confidence
+multipliers; limit by ``cpu_limit_rule``. Memory: the statistic of the OOM-tolerance class (p98 of peaks,
+max peak over 8 days, or max(p60, 0.5 max)) x (1 + margin), floored by recent OOM bumps capped at
+maxAllowed (the bump never enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
+(c below ``thin_history_days``) a request is never lowered below the current one. Parameters and state live
+in ``podtailor_state.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+from recommender.model.common import MIB, lower_multiplier, upper_multiplier
+from recommender.model.podtailor_state import PodtailorParams, PodtailorState
+from recommender.model.policy import (
+    Estimate,
+    LimitRule,
+    ResourceEstimate,
+    finalize,
+    no_recommendation,
+    with_floor,
+)
+from recommender.model.types import ContainerPolicy, ContainerState, CurrentResources, Recommendation
+
+_LIMIT_RULES = {"percentile": LimitRule.EXPLICIT, "proportional": LimitRule.PROPORTIONAL, "none": LimitRule.NONE}
+
+
+def _max_opt(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+class PodtailorStrategy:
+    """Our default: real-interval confidence, throttling-aware CPU, Autopilot memory classes, capped OOM bumps."""
+
+    name = "podtailor"
+
+    def __init__(self, params: PodtailorParams | None = None) -> None:
+        self.params = params or PodtailorParams()
+
+    def new_state(self) -> PodtailorState:
+        return PodtailorState(self.params)
+
+    def restore(self, checkpoint: dict[str, Any]) -> PodtailorState:
+        state = PodtailorState(self.params)
+        state.restore_from(checkpoint)
+        return state
+
+    def parameters(self) -> dict[str, Any]:
+        return asdict(self.params)
+
+    def _cpu_percentile(self, state: PodtailorState, p: float) -> float | None:
+        fast = state.cpu_fast.percentile(p) if self.params.cpu_fast_half_life_s > 0 else None
+        return _max_opt(state.cpu.percentile(p), fast)
+
+    def _cpu(self, state: PodtailorState, c: float) -> ResourceEstimate | None:
+        prm = self.params
+        request = self._cpu_percentile(state, prm.cpu_request_percentile)
+        lower = state.cpu.percentile(prm.cpu_lower_percentile)
+        upper = state.cpu.percentile(prm.cpu_upper_percentile)
+        if request is None or lower is None or upper is None:
+            return None
+        margin = 1.0 + prm.cpu_margin_fraction
+        limit = None
+        if prm.cpu_limit_rule == "percentile":
+            peak = self._cpu_percentile(state, prm.cpu_limit_percentile) or request
+            limit = peak * (1.0 + prm.cpu_limit_margin_fraction)
+        return ResourceEstimate(target=request * margin, lower=lower * margin * lower_multiplier(c),
+                                upper=upper * margin * upper_multiplier(c),
+                                limit_rule=_LIMIT_RULES[prm.cpu_limit_rule], limit=limit)
+
+    def _memory_statistic(self, state: PodtailorState, now_s: float) -> float | None:
+        prm = self.params
+        peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
+        if prm.memory_oom_tolerance == "low":
+            return state.memory.hist.percentile(0.98)
+        if peak is None:  # nothing inside the window: fall back to the decayed history's top
+            peak = state.memory.hist.percentile(1.0)
+        if prm.memory_oom_tolerance == "minimal" or peak is None:
+            return peak
+        p60 = state.memory.hist.percentile(0.6)
+        return max(p60 or 0.0, 0.5 * peak)
+
+    def _memory(self, state: PodtailorState, c: float, now_s: float,
+                max_allowed: int | None) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+        prm = self.params
+        stat = self._memory_statistic(state, now_s)
+        oom = state.oom_floor(now_s)
+        if oom is not None and max_allowed is not None:
+            oom = min(oom, float(max_allowed))
+        if stat is None and oom is None:
+            return None, ()
+        margin = 1.0 + prm.memory_margin_fraction
+        target = (stat or 0.0) * margin
+        reasons: tuple[str, ...] = ()
+        if oom is not None and oom > target:
+            target, reasons = oom, ("memory: OOM bump",)
+        p_lower = state.memory.hist.percentile(prm.memory_lower_percentile)
+        p_upper = state.memory.hist.percentile(prm.memory_upper_percentile)
+        lower = target if p_lower is None else p_lower * margin * lower_multiplier(c)
+        upper = target if p_upper is None else p_upper * margin * upper_multiplier(c)
+        return ResourceEstimate(target=target, lower=min(lower, target), upper=max(upper, target)), reasons
+
+    def _no_decrease(self, name: str, est: ResourceEstimate | None, c: float,
+                     current: float | None) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+        if (est is None or current is None or not self.params.no_decrease_on_thin_history
+                or c >= self.params.thin_history_days or est.target >= current):
+            return est, ()
+        return replace(est, target=current, upper=max(est.upper, current)), (f"{name}: low confidence: no decrease",)
+
+    def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
+                  current: CurrentResources) -> Recommendation:
+        if not isinstance(state, PodtailorState):
+            raise TypeError("podtailor strategy needs a PodtailorState")
+        if state.first_sample_s is None and not state.oom_bumps:
+            return no_recommendation("no history")
+        prm, n = self.params, max(policy.containers_in_pod, 1)
+        c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
+        cpu = self._cpu(state, c_cpu)
+        memory, reasons = self._memory(state, c_mem, now_s, policy.max_allowed.memory_bytes)
+        cpu = None if cpu is None else with_floor(cpu, prm.pod_min_cpu_millicores / 1000.0 / n)
+        memory = None if memory is None else with_floor(memory, prm.pod_min_memory_mib * MIB / n)
+        cur_cpu = current.requests.cpu_millicores
+        cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
+        cur_mem = current.requests.memory_bytes
+        memory, r_mem = self._no_decrease("memory", memory, c_mem, None if cur_mem is None else float(cur_mem))
+        missing = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
+        known = [c for c, e in ((c_cpu, cpu), (c_mem, memory)) if e is not None]
+        confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)
+        estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence, reasons=reasons + r_cpu + r_mem + missing)
+        return finalize(estimate, policy=policy, current=current)

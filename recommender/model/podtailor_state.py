@@ -1,0 +1,225 @@
+"""Parameters and per-container history of the ``podtailor`` strategy (the estimator is in ``podtailor.py``).
+
+Owns ``PodtailorParams`` (every tunable, with its default and why; the backtest overrides them through
+``get_strategy("podtailor", **overrides)``) and ``PodtailorState``: a slow and a fast decaying CPU histogram
+fed throttling-corrected samples, a decaying histogram of memory peaks per aggregation interval, the raw
+memory peaks' maxima per slot (for the "max over the window" statistic), OOM bumps kept apart from the
+histograms, and the real observed history per resource (span, and samples x interval) for the confidence.
+
+Throttling model: when a CPU interval had a throttled fraction f > 0 of its CFS periods, the container hit
+its quota and the observed usage is censored at the limit; the demand is taken as usage x (1 + f). This is a
+first-order correction (f = 1 doubles the sample), an upward bias where the evidence says the container
+wanted more, not an estimate of the true demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recommender.model.common import DAY_S, MIB, oom_bump, validate_batch
+from recommender.model.histogram import BucketScheme, DecayingHistogram
+from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
+from recommender.model.types import FloatArray, OomKill, Samples, UsageBatch
+
+STATE_VERSION = 1
+MEMORY_TOLERANCES = ("low", "minimal", "intermediate")
+CPU_LIMIT_RULES = ("percentile", "proportional", "none")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodtailorParams:
+    """podtailor's tunables. Half-lives follow Google Autopilot (12h CPU, 48h memory)."""
+
+    cpu_half_life_s: float = 12 * 3600.0
+    """Slow CPU histogram half-life (Autopilot: 12h)."""
+    cpu_fast_half_life_s: float = 2 * 3600.0
+    """Fast CPU histogram half-life; the request is the max of both percentiles, so it rises within hours
+    and falls at the slow pace. 0 disables the fast histogram."""
+    cpu_request_percentile: float = 0.9
+    cpu_lower_percentile: float = 0.5
+    cpu_upper_percentile: float = 0.95
+    cpu_margin_fraction: float = 0.10
+    """Safety margin on CPU (Autopilot: 10-15%)."""
+    cpu_limit_rule: str = "percentile"
+    """"percentile": limit = p(cpu_limit_percentile) x (1 + cpu_limit_margin_fraction) where the container has
+    a limit above its request; "proportional": VPA's ratio rule; "none": recommend no CPU limit. In every
+    case a container without a limit gets none and a Guaranteed one stays Guaranteed."""
+    cpu_limit_percentile: float = 0.99
+    cpu_limit_margin_fraction: float = 0.15
+    throttle_correction: bool = True
+    """Record a throttled interval's usage as usage x (1 + throttled fraction)."""
+    memory_half_life_s: float = 48 * 3600.0
+    """Memory peak histogram half-life (Autopilot: 48h)."""
+    memory_aggregation_interval_s: float = 3600.0
+    """One peak per this interval in the memory histogram (VPA: 24h; hourly keeps p98 meaningful)."""
+    memory_oom_tolerance: str = "minimal"
+    """Autopilot's classes: "low" = p98 of peaks, "minimal" = max peak over ``memory_max_window_s`` (Autopilot's
+    default for small jobs), "intermediate" = max(p60, 0.5 x max)."""
+    memory_max_window_s: float = 8 * DAY_S
+    """Window of the "max" statistic (VPA's 8-day memory window)."""
+    memory_max_slot_s: float = 3600.0
+    """Granularity of that window."""
+    memory_margin_fraction: float = 0.15
+    memory_lower_percentile: float = 0.5
+    memory_upper_percentile: float = 0.95
+    oom_min_bump_bytes: float = 100.0 * MIB
+    oom_bump_ratio: float = 1.2
+    oom_window_s: float = 8 * DAY_S
+    """An OOM bump floors the memory target for this long. It never enters the histogram and is capped at
+    maxAllowed, so a capped container cannot inflate its own history (VPA #9521)."""
+    thin_history_days: float = 1.0
+    """Below this much real history (days) a resource's request is not lowered below the current one."""
+    no_decrease_on_thin_history: bool = True
+    confidence_full_days: float = 7.0
+    """Recommendation.confidence = min(1, c / this)."""
+    pod_min_cpu_millicores: float = 10.0
+    """Per-pod floors split over the containers (smaller than VPA's 25m/250MiB: sidecars are small)."""
+    pod_min_memory_mib: float = 64.0
+    cpu_bucket_first_cores: float = 0.001
+    cpu_bucket_ratio: float = 1.02
+    """2% buckets: a percentile overestimates by at most 2% + 1m (VPA's 5% + 10m)."""
+    memory_bucket_first_bytes: float = float(MIB)
+    memory_bucket_ratio: float = 1.02
+    """2% + 1 MiB (VPA's 5% + 10 MB, i.e. about 25% for a 50 MB container)."""
+
+    def __post_init__(self) -> None:
+        if self.memory_oom_tolerance not in MEMORY_TOLERANCES:
+            raise ValueError(f"memory_oom_tolerance must be one of {MEMORY_TOLERANCES}")
+        if self.cpu_limit_rule not in CPU_LIMIT_RULES:
+            raise ValueError(f"cpu_limit_rule must be one of {CPU_LIMIT_RULES}")
+
+
+@dataclass(slots=True)
+class Observed:
+    """Real history of one resource: first/last sample time and sum of sample intervals."""
+
+    first_s: float | None = None
+    last_s: float | None = None
+    seconds: float = 0.0
+
+    def note(self, timestamps_s: FloatArray, interval_s: float) -> None:
+        if timestamps_s.size == 0:
+            return
+        first, last = float(timestamps_s.min()), float(timestamps_s.max())
+        self.first_s = first if self.first_s is None else min(self.first_s, first)
+        self.last_s = last if self.last_s is None else max(self.last_s, last)
+        self.seconds += float(timestamps_s.size) * interval_s
+
+    def days(self) -> float:
+        """c = min(span, samples x interval), in days."""
+        if self.first_s is None or self.last_s is None:
+            return 0.0
+        return min((self.last_s - self.first_s) / DAY_S, self.seconds / DAY_S)
+
+
+def throttle_corrected(cpu: Samples, throttled: Samples) -> FloatArray:
+    """CPU values x (1 + f), f matched by timestamp (elementwise when both arrays share their timestamps;
+    otherwise the largest f seen at that timestamp). Samples with no throttling data are unchanged."""
+    if len(throttled) == 0:
+        return cpu.values
+    if throttled.timestamps_s.shape == cpu.timestamps_s.shape and np.array_equal(throttled.timestamps_s,
+                                                                                cpu.timestamps_s):
+        return cpu.values * (1.0 + throttled.values)
+    th = sort_samples(throttled.timestamps_s, throttled.values)
+    starts = np.flatnonzero(np.concatenate([[True], th.timestamps_s[1:] != th.timestamps_s[:-1]]))
+    keys, fmax = th.timestamps_s[starts], np.maximum.reduceat(th.values, starts)
+    idx = np.clip(np.searchsorted(keys, cpu.timestamps_s), 0, keys.size - 1)
+    f = np.where(keys[idx] == cpu.timestamps_s, fmax[idx], 0.0)
+    return cpu.values * (1.0 + f)
+
+
+class PodtailorState:
+    """podtailor's per-container history."""
+
+    def __init__(self, params: PodtailorParams) -> None:
+        cpu_scheme = BucketScheme(first_bucket_size=params.cpu_bucket_first_cores, ratio=params.cpu_bucket_ratio,
+                                  max_value=1000.0)
+        mem_scheme = BucketScheme(first_bucket_size=params.memory_bucket_first_bytes,
+                                  ratio=params.memory_bucket_ratio, max_value=1e12)
+        self.params = params
+        self.cpu = DecayingHistogram(cpu_scheme, params.cpu_half_life_s)
+        self.cpu_fast = DecayingHistogram(cpu_scheme, params.cpu_fast_half_life_s or params.cpu_half_life_s)
+        self.memory = IntervalPeaks(DecayingHistogram(mem_scheme, params.memory_half_life_s),
+                                    params.memory_aggregation_interval_s)
+        self.memory_max = SlotMax(slot_s=params.memory_max_slot_s,
+                                  retention_s=params.memory_max_window_s + params.memory_max_slot_s)
+        self.oom_bumps: list[tuple[float, float]] = []
+        self.cpu_seen = Observed()
+        self.memory_seen = Observed()
+
+    @property
+    def first_sample_s(self) -> float | None:
+        known = [t for t in (self.cpu_seen.first_s, self.memory_seen.first_s) if t is not None]
+        return min(known) if known else None
+
+    @property
+    def last_sample_s(self) -> float | None:
+        known = [t for t in (self.cpu_seen.last_s, self.memory_seen.last_s) if t is not None]
+        return max(known) if known else None
+
+    def add(self, batch: UsageBatch) -> None:
+        validate_batch(batch)
+        self._add_cpu(batch)
+        mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
+        if self.memory_seen.last_s is not None:
+            _, mem = split_at(mem, self.memory_seen.last_s)
+        for oom in sorted(batch.oom_kills, key=lambda o: o.timestamp_s):
+            before, mem = split_at(mem, oom.timestamp_s)
+            self._add_memory(before, batch.memory_interval_s)
+            self._record_oom(oom)
+        self._add_memory(mem, batch.memory_interval_s)
+
+    def _add_cpu(self, batch: UsageBatch) -> None:
+        values = batch.cpu_cores.values
+        if self.params.throttle_correction:
+            values = throttle_corrected(batch.cpu_cores, batch.cpu_throttled_fraction)
+        cpu = sort_samples(batch.cpu_cores.timestamps_s, values)
+        if self.cpu_seen.last_s is not None:  # a new batch holds only samples newer than the previous one
+            _, cpu = split_at(cpu, self.cpu_seen.last_s)
+        self.cpu.add(cpu.values, cpu.timestamps_s)
+        if self.params.cpu_fast_half_life_s > 0:
+            self.cpu_fast.add(cpu.values, cpu.timestamps_s)
+        self.cpu_seen.note(cpu.timestamps_s, batch.cpu_interval_s)
+
+    def _add_memory(self, mem: SortedSamples, interval_s: float) -> None:
+        self.memory.add(mem)
+        self.memory_max.add(mem)
+        self.memory_seen.note(mem.timestamps_s, interval_s)
+
+    def _record_oom(self, oom: OomKill) -> None:
+        """The kill happened at the limit, so ``used`` is the limit when known (VPA uses the request)."""
+        used = max(float(oom.memory_limit_bytes or 0), float(oom.memory_request_bytes or 0), self.memory.usage_peak)
+        bump = oom_bump(used, min_bump_bytes=self.params.oom_min_bump_bytes, ratio=self.params.oom_bump_ratio)
+        self.oom_bumps.append((oom.timestamp_s, bump))
+        newest = max(t for t, _ in self.oom_bumps)
+        self.oom_bumps = sorted(b for b in self.oom_bumps if b[0] >= newest - self.params.oom_window_s)
+
+    def oom_floor(self, now_s: float) -> float | None:
+        recent = [b for t, b in self.oom_bumps if now_s - self.params.oom_window_s <= t <= now_s]
+        return max(recent) if recent else None
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {"strategy": "podtailor", "version": STATE_VERSION, "cpu": self.cpu.to_checkpoint(),
+                "cpu_fast": self.cpu_fast.to_checkpoint(), "memory": self.memory.to_checkpoint(),
+                "memory_max": self.memory_max.to_checkpoint(), "oom_bumps": [list(b) for b in self.oom_bumps],
+                "cpu_seen": [self.cpu_seen.first_s, self.cpu_seen.last_s, self.cpu_seen.seconds],
+                "memory_seen": [self.memory_seen.first_s, self.memory_seen.last_s, self.memory_seen.seconds]}
+
+    def restore_from(self, data: dict[str, Any]) -> None:
+        if data.get("strategy") != "podtailor" or data.get("version") != STATE_VERSION:
+            raise ValueError("not a podtailor v1 checkpoint")
+        self.cpu = DecayingHistogram.from_checkpoint(data["cpu"])
+        self.cpu_fast = DecayingHistogram.from_checkpoint(data["cpu_fast"])
+        self.memory = IntervalPeaks.from_checkpoint(data["memory"])
+        self.memory_max = SlotMax.from_checkpoint(data["memory_max"])
+        self.oom_bumps = [(float(t), float(b)) for t, b in data["oom_bumps"]]
+        self.cpu_seen = _observed(data["cpu_seen"])
+        self.memory_seen = _observed(data["memory_seen"])
+
+
+def _observed(raw: list[Any]) -> Observed:
+    first, last, seconds = raw
+    return Observed(None if first is None else float(first), None if last is None else float(last), float(seconds))

@@ -1,0 +1,39 @@
+"""The strategy registry: names to strategies, with parameter overrides.
+
+Owns the list of strategy names (``STRATEGIES``) and ``get_strategy(name, **overrides)``, which builds a
+strategy with its default parameters replaced by the overrides (unknown names or parameters raise
+``ValueError``), so reports, the CLI and the backtest select and tune strategies the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from recommender.model.krr import KrrParams, KrrSimpleStrategy
+from recommender.model.podtailor import PodtailorStrategy
+from recommender.model.podtailor_state import PodtailorParams
+from recommender.model.types import Strategy
+from recommender.model.vpa import VpaParams, VpaStrategy
+
+_FACTORIES: dict[str, tuple[type[Any], Callable[[Any], Strategy]]] = {
+    "vpa": (VpaParams, VpaStrategy),
+    "krr-simple": (KrrParams, KrrSimpleStrategy),
+    "podtailor": (PodtailorParams, PodtailorStrategy),
+}
+
+STRATEGIES: tuple[str, ...] = tuple(_FACTORIES)
+DEFAULT_STRATEGY = "podtailor"
+
+
+def get_strategy(name: str, **overrides: Any) -> Strategy:
+    """The named strategy with ``overrides`` replacing its default parameters."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown strategy {name!r}; known: {', '.join(STRATEGIES)}")
+    params_type, factory = _FACTORIES[name]
+    known = {f.name for f in dataclasses.fields(params_type) if f.init}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) for {name}: {', '.join(unknown)}")
+    return factory(params_type(**overrides))

@@ -1,0 +1,155 @@
+"""Value types of the recommender's pure core: usage in, recommendations out.
+
+Owns the contract between the Prometheus source (which turns query results into ``UsageBatch`` values
+keyed by ``ContainerKey``), the strategies (which fold batches into a ``ContainerState`` and produce a
+``Recommendation``) and the VPA sink (which writes recommendations as quantities). Units are in the names:
+CPU in cores (float) for usage and in millicores (int) for resources, memory in bytes (int). Nothing here
+imports a Kubernetes or HTTP client, a logger or the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+class ControlledValues(enum.StrEnum):
+    REQUESTS_AND_LIMITS = "RequestsAndLimits"
+    REQUESTS_ONLY = "RequestsOnly"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ContainerKey:
+    """History is keyed by workload and container, never by pod, so rollouts keep their history."""
+
+    namespace: str
+    workload_kind: str
+    """Top-level owner kind: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Rollout or Pod."""
+    workload_name: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Samples:
+    """Time-ordered samples of one quantity for one container key (all pods of the workload pooled)."""
+
+    timestamps_s: FloatArray
+    values: FloatArray
+
+    def __post_init__(self) -> None:
+        if self.timestamps_s.shape != self.values.shape or self.timestamps_s.ndim != 1:
+            raise ValueError("timestamps and values must be 1-D arrays of the same length")
+
+    @staticmethod
+    def empty() -> Samples:
+        return Samples(timestamps_s=np.empty(0), values=np.empty(0))
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OomKill:
+    """A container OOM-kill seen in history, with the container's memory resources at that time."""
+
+    timestamp_s: float
+    memory_limit_bytes: int | None = None
+    memory_request_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageBatch:
+    """New usage of one container key since the previous batch. NaN and negative values never appear here:
+    the source drops them (and says so) before building a batch."""
+
+    cpu_cores: Samples
+    """Average CPU used over each sample interval (a rate of ``container_cpu_usage_seconds_total``)."""
+    cpu_interval_s: float
+    """Length of time each CPU sample averages over (the query step)."""
+    memory_peak_bytes: Samples
+    """Peak working set within each memory interval (``max_over_time``), one value per interval."""
+    memory_interval_s: float
+    oom_kills: tuple[OomKill, ...] = ()
+    cpu_throttled_fraction: Samples = field(default_factory=Samples.empty)
+    """Fraction of CFS periods throttled per CPU interval (0..1), when the container has a CPU limit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    """CPU and memory amounts; None means unset (no request or no limit)."""
+
+    cpu_millicores: int | None = None
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurrentResources:
+    """What the container's pod template asks for today."""
+
+    requests: Resources = field(default_factory=Resources)
+    limits: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerPolicy:
+    """The VPA containerPolicy for one container, with our defaults."""
+
+    min_allowed: Resources = field(default_factory=Resources)
+    max_allowed: Resources = field(default_factory=Resources)
+    controlled_resources: frozenset[str] = frozenset({"cpu", "memory"})
+    controlled_values: ControlledValues = ControlledValues.REQUESTS_AND_LIMITS
+    mode_off: bool = False
+    containers_in_pod: int = 1
+    """Number of containers sharing the per-pod floors (VPA splits its pod minimum evenly)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommendation:
+    """Target, bounds and limits for one container. Fields for resources not controlled are None."""
+
+    target: Resources
+    lower_bound: Resources
+    upper_bound: Resources
+    uncapped_target: Resources
+    limits: Resources = field(default_factory=Resources)
+    """Recommended limits (proportional to the current limit:request ratio unless the strategy says
+    otherwise); unset where the container has no limit or controlledValues is RequestsOnly."""
+    confidence: float = 0.0
+    """0..1: how much history backs the numbers (1 = enough by the strategy's own standard)."""
+    reasons: tuple[str, ...] = ()
+    """Short human-readable notes (e.g. "OOM bump", "capped by maxAllowed", "low confidence: no decrease")."""
+
+
+class ContainerState(Protocol):
+    """A strategy's accumulated history for one container key. Mutable; owned by one recommender."""
+
+    @property
+    def last_sample_s(self) -> float | None: ...
+
+    @property
+    def first_sample_s(self) -> float | None: ...
+
+    def add(self, batch: UsageBatch) -> None: ...
+
+    def to_checkpoint(self) -> dict[str, Any]: ...
+
+
+class Strategy(Protocol):
+    """A recommendation strategy, selected by name."""
+
+    name: str
+
+    def new_state(self) -> ContainerState: ...
+
+    def restore(self, checkpoint: dict[str, Any]) -> ContainerState: ...
+
+    def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
+                  current: CurrentResources) -> Recommendation: ...
+
+    def parameters(self) -> dict[str, Any]: ...

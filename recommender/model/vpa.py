@@ -1,0 +1,188 @@
+"""The ``vpa`` strategy: Kubernetes VPA's recommender, reproduced as the baseline.
+
+Owns VPA's state per container (a decaying CPU histogram fed every sample at a constant weight, a decaying
+memory histogram fed one peak per 24h aggregation interval with OOM bumps injected as peaks, and CPU-only
+first/last sample times and sample count) and VPA's estimator: percentile x (1 + margin), bounds times the
+confidence multipliers with c = min(lifespan days, samples / 1440), i.e. VPA's one-sample-per-minute
+assumption kept on purpose (its known flaw with hourly Prometheus history), then the per-pod floors split over
+the pod's containers. Numbers are from VPA's code as summarised in /work/shared/reference/vpa.md 1.2-1.7.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from recommender.model.common import (
+    DAY_S,
+    MIB,
+    lower_multiplier,
+    oom_bump,
+    upper_multiplier,
+    validate_batch,
+)
+from recommender.model.histogram import VPA_CPU_BUCKETS, VPA_MEMORY_BUCKETS, DecayingHistogram
+from recommender.model.peaks import IntervalPeaks, sort_samples, split_at
+from recommender.model.policy import Estimate, ResourceEstimate, finalize, no_recommendation, with_floor
+from recommender.model.types import (
+    ContainerPolicy,
+    ContainerState,
+    CurrentResources,
+    OomKill,
+    Recommendation,
+    UsageBatch,
+)
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VpaParams:
+    """VPA's defaults (flags in parentheses)."""
+
+    cpu_half_life_s: float = DAY_S
+    """CPU histogram decay half-life (--cpu-histogram-decay-half-life 24h)."""
+    memory_half_life_s: float = DAY_S
+    """Memory histogram decay half-life (--memory-histogram-decay-half-life 24h)."""
+    memory_aggregation_interval_s: float = DAY_S
+    """One memory peak per this interval (--memory-aggregation-interval 24h)."""
+    cpu_sample_weight: float = 0.1
+    """Constant weight of every CPU sample (minSampleWeight, PR #7819)."""
+    target_percentile: float = 0.9
+    lower_bound_percentile: float = 0.5
+    upper_bound_percentile: float = 0.95
+    margin_fraction: float = 0.15
+    """Safety margin added to all three outputs (--recommendation-margin-fraction)."""
+    confidence_interval_s: float = DAY_S
+    """Unit of the lifespan term of the confidence (--confidence-interval-cpu/memory 24h)."""
+    assumed_samples_per_day: float = 1440.0
+    """VPA's samples term assumes one sample per minute, whatever the real interval."""
+    pod_min_cpu_millicores: float = 25.0
+    """Per-pod CPU floor, split over the pod's containers (--pod-recommendation-min-cpu-millicores)."""
+    pod_min_memory_mib: float = 250.0
+    """Per-pod memory floor in MiB, split over the containers (--pod-recommendation-min-memory-mb x 2^20)."""
+    oom_min_bump_bytes: float = 100.0 * MIB
+    oom_bump_ratio: float = 1.2
+    confidence_full_days: float = 8.0
+    """Only for Recommendation.confidence (0..1): VPA's 8-day memory window counts as full history."""
+
+
+class VpaState:
+    """VPA's per-container aggregate: two decaying histograms and CPU sample bookkeeping."""
+
+    def __init__(self, params: VpaParams) -> None:
+        self.cpu = DecayingHistogram(VPA_CPU_BUCKETS, params.cpu_half_life_s)
+        self.memory = IntervalPeaks(DecayingHistogram(VPA_MEMORY_BUCKETS, params.memory_half_life_s),
+                                    params.memory_aggregation_interval_s)
+        self.cpu_weight = params.cpu_sample_weight
+        self.oom_min_bump_bytes = params.oom_min_bump_bytes
+        self.oom_bump_ratio = params.oom_bump_ratio
+        self._first_cpu_s: float | None = None
+        self._last_cpu_s: float | None = None
+        self.total_samples = 0
+
+    @property
+    def first_sample_s(self) -> float | None:
+        return self._first_cpu_s
+
+    @property
+    def last_sample_s(self) -> float | None:
+        return self._last_cpu_s
+
+    def add(self, batch: UsageBatch) -> None:
+        validate_batch(batch)
+        self._add_cpu(batch)
+        mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
+        for oom in sorted(batch.oom_kills, key=lambda o: o.timestamp_s):
+            before, mem = split_at(mem, oom.timestamp_s)
+            self.memory.add(before)
+            self._record_oom(oom)
+        self.memory.add(mem)
+
+    def _add_cpu(self, batch: UsageBatch) -> None:
+        ts, values = batch.cpu_cores.timestamps_s, batch.cpu_cores.values
+        if self._last_cpu_s is not None:  # VPA drops samples not after the last one (dedup across batches)
+            keep = ts > self._last_cpu_s
+            ts, values = ts[keep], values[keep]
+        if ts.size == 0:
+            return
+        self.cpu.add(values, ts, self.cpu_weight)
+        first, last = float(ts.min()), float(ts.max())
+        self._first_cpu_s = first if self._first_cpu_s is None else min(self._first_cpu_s, first)
+        self._last_cpu_s = last
+        self.total_samples += int(ts.size)
+
+    def _record_oom(self, oom: OomKill) -> None:
+        used = max(float(oom.memory_request_bytes or 0), self.memory.usage_peak)
+        needed = oom_bump(used, min_bump_bytes=self.oom_min_bump_bytes, ratio=self.oom_bump_ratio)
+        self.memory.add_oom(oom.timestamp_s, needed)
+
+    def confidence_days(self, params: VpaParams) -> float:
+        if self._first_cpu_s is None or self._last_cpu_s is None:
+            return 0.0
+        lifespan = (self._last_cpu_s - self._first_cpu_s) / params.confidence_interval_s
+        return min(lifespan, self.total_samples / params.assumed_samples_per_day)
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {"strategy": "vpa", "version": STATE_VERSION, "cpu": self.cpu.to_checkpoint(),
+                "memory": self.memory.to_checkpoint(), "first_cpu_s": self._first_cpu_s,
+                "last_cpu_s": self._last_cpu_s, "total_samples": self.total_samples}
+
+    def restore_from(self, data: dict[str, Any]) -> None:
+        if data.get("strategy") != "vpa" or data.get("version") != STATE_VERSION:
+            raise ValueError("not a vpa v1 checkpoint")
+        self.cpu = DecayingHistogram.from_checkpoint(data["cpu"])
+        self.memory = IntervalPeaks.from_checkpoint(data["memory"])
+        self._first_cpu_s = None if data["first_cpu_s"] is None else float(data["first_cpu_s"])
+        self._last_cpu_s = None if data["last_cpu_s"] is None else float(data["last_cpu_s"])
+        self.total_samples = int(data["total_samples"])
+
+
+def _estimate(hist: DecayingHistogram, params: VpaParams, c: float, floor: float) -> ResourceEstimate | None:
+    target = hist.percentile(params.target_percentile)
+    lower = hist.percentile(params.lower_bound_percentile)
+    upper = hist.percentile(params.upper_bound_percentile)
+    if target is None or lower is None or upper is None:
+        return None
+    margin = 1.0 + params.margin_fraction
+    est = ResourceEstimate(target=target * margin, lower=lower * margin * lower_multiplier(c),
+                           upper=upper * margin * upper_multiplier(c))
+    return with_floor(est, floor)
+
+
+class VpaStrategy:
+    """Kubernetes VPA's recommender (the baseline)."""
+
+    name = "vpa"
+
+    def __init__(self, params: VpaParams | None = None) -> None:
+        self.params = params or VpaParams()
+
+    def new_state(self) -> VpaState:
+        return VpaState(self.params)
+
+    def restore(self, checkpoint: dict[str, Any]) -> VpaState:
+        state = VpaState(self.params)
+        state.restore_from(checkpoint)
+        return state
+
+    def parameters(self) -> dict[str, Any]:
+        return {**asdict(self.params), "memory_peak_weight": 1.0, "cpu_buckets": VPA_CPU_BUCKETS.to_dict(),
+                "memory_buckets": VPA_MEMORY_BUCKETS.to_dict(), "num_buckets": VPA_CPU_BUCKETS.num_buckets}
+
+    def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
+                  current: CurrentResources) -> Recommendation:
+        if not isinstance(state, VpaState):
+            raise TypeError("vpa strategy needs a VpaState")
+        if state.cpu.is_empty() and state.memory.hist.is_empty():
+            return no_recommendation("no history")
+        c = state.confidence_days(self.params)
+        n = max(policy.containers_in_pod, 1)
+        cpu = _estimate(state.cpu, self.params, c, self.params.pod_min_cpu_millicores / 1000.0 / n)
+        memory = _estimate(state.memory.hist, self.params, c, self.params.pod_min_memory_mib * MIB / n)
+        reasons = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
+        confidence = float(np.clip(c / self.params.confidence_full_days, 0.0, 1.0))
+        return finalize(Estimate(cpu=cpu, memory=memory, confidence=confidence, reasons=reasons),
+                        policy=policy, current=current)

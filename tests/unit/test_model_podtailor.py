@@ -1,0 +1,165 @@
+"""Unit tests of the ``podtailor`` strategy: real-interval confidence, throttling, memory classes, OOM caps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recommender.model.podtailor_state import PodtailorState
+from recommender.model.registry import get_strategy
+from recommender.model.types import (
+    ContainerPolicy,
+    CurrentResources,
+    OomKill,
+    Recommendation,
+    Resources,
+    Samples,
+    Strategy,
+    UsageBatch,
+)
+from recommender.model.vpa import VpaParams, VpaState
+
+NOW = 1_700_000_000.0
+HOUR, DAY = 3600.0, 86400.0
+MIB = 1024**2
+GIB = 1024 * MIB
+
+
+def series(values: np.ndarray, step: float, end: float = NOW) -> Samples:
+    return Samples(timestamps_s=end - step * np.arange(values.size)[::-1], values=values.astype(np.float64))
+
+
+def hourly(n: int, cpu: float, mem: float, end: float = NOW, **kw: object) -> UsageBatch:
+    return UsageBatch(cpu_cores=series(np.full(n, cpu), HOUR, end), cpu_interval_s=HOUR,
+                      memory_peak_bytes=series(np.full(n, mem), HOUR, end), memory_interval_s=HOUR,
+                      **kw)  # type: ignore[arg-type]
+
+
+def run(strategy: Strategy, *batches: UsageBatch, policy: ContainerPolicy | None = None,
+        current: CurrentResources | None = None) -> Recommendation:
+    state = strategy.new_state()
+    for b in batches:
+        state.add(b)
+    return strategy.recommend(state, now_s=NOW, policy=policy or ContainerPolicy(),
+                              current=current or CurrentResources())
+
+
+def test_hourly_history_counts_in_full_unlike_vpa() -> None:
+    data = hourly(192, 0.5, 5e8)  # 8 days of 1-hour Prometheus samples
+    vpa_state = get_strategy("vpa").new_state()
+    vpa_state.add(data)
+    assert isinstance(vpa_state, VpaState)
+    assert vpa_state.confidence_days(VpaParams()) == pytest.approx(0.1333, abs=1e-4)  # 192 / 1440
+    pod_state = get_strategy("podtailor").new_state()
+    pod_state.add(data)
+    assert isinstance(pod_state, PodtailorState)
+    # c = min(span 191 h / 24 = 7.958, 192 x 3600 / 86400 = 8.0) = 7.958 days.
+    assert pod_state.cpu_seen.days() == pytest.approx(7.958, abs=1e-3)
+    rec = get_strategy("podtailor").recommend(pod_state, now_s=NOW, policy=ContainerPolicy(),
+                                              current=CurrentResources())
+    assert rec.confidence == pytest.approx(1.0)  # 7.958 / 7 full days, clipped
+    vpa_rec = run(get_strategy("vpa"), data)
+    assert vpa_rec.confidence == pytest.approx(0.1333 / 8, abs=1e-4)
+    # podtailor's upper bound multiplier is 1 + 1/7.958 = 1.126, VPA's 8.5.
+    assert rec.upper_bound.cpu_millicores is not None and vpa_rec.upper_bound.cpu_millicores is not None
+    assert rec.upper_bound.cpu_millicores * 5 < vpa_rec.upper_bound.cpu_millicores
+
+
+def test_constant_cpu_target() -> None:
+    rec = run(get_strategy("podtailor"), hourly(192, 0.5, 5e8))
+    # 0.5 core in 2% buckets of first width 1m: upper edge in [0.5, 0.5 x 1.02 + 0.001 = 0.511], x1.10 margin
+    # -> [550m, 562.1m].
+    assert rec.target.cpu_millicores is not None and 550 <= rec.target.cpu_millicores <= 563
+    # Memory "minimal" class: max peak 5e8 x 1.15 = 575e6 exactly (the max is kept exact, not bucketed).
+    assert rec.target.memory_bytes == 575_000_000
+
+
+def test_throttling_raises_recorded_usage() -> None:
+    throttled = series(np.full(192, 0.5), HOUR)
+    data = hourly(192, 0.5, 5e8, cpu_throttled_fraction=throttled)
+    # Recorded as 0.5 x (1 + 0.5) = 0.75: target in [0.75 x 1.1, (0.75 x 1.02 + 0.001) x 1.1] = [825m, 843m].
+    rec = run(get_strategy("podtailor"), data)
+    assert rec.target.cpu_millicores is not None and 825 <= rec.target.cpu_millicores <= 843
+    off = run(get_strategy("podtailor", throttle_correction=False), data)
+    assert off.target.cpu_millicores is not None and off.target.cpu_millicores <= 563
+
+
+def test_memory_oom_tolerance_classes() -> None:
+    mem = np.array([8e8] * 2 + [2e8] * 40 + [1e8] * 150)  # hourly peaks, 8 days, oldest first
+    data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
+                      memory_peak_bytes=series(mem, HOUR), memory_interval_s=HOUR)
+    minimal = run(get_strategy("podtailor", memory_oom_tolerance="minimal"), data).target.memory_bytes
+    assert minimal == 920_000_000  # max 8e8 x 1.15
+    low = run(get_strategy("podtailor", memory_oom_tolerance="low"), data).target.memory_bytes
+    # p98 of decayed hourly peaks lands in the 2e8 group (the 8e8 peaks are the newest, about 1% of weight
+    # each... their share of decayed weight is small): upper edge <= 2e8 x 1.02 + 1 MiB, x1.15.
+    assert low is not None and 2e8 * 1.15 <= low <= (2e8 * 1.02 + MIB) * 1.15
+    inter = run(get_strategy("podtailor", memory_oom_tolerance="intermediate"), data).target.memory_bytes
+    # max(p60 in the 1e8 bucket, 0.5 x 8e8 = 4e8) = 4e8 x 1.15 = 460e6.
+    assert inter == 460_000_000
+
+
+def test_oom_bump_is_capped_and_does_not_feed_itself() -> None:
+    policy = ContainerPolicy(max_allowed=Resources(memory_bytes=GIB))
+    strategy = get_strategy("podtailor")
+    state = strategy.new_state()
+    state.add(hourly(48, 0.1, 9e8))
+    for i in range(5):  # the capped container keeps OOM-ing at its 1 GiB limit
+        oom = OomKill(timestamp_s=NOW - 10 * HOUR + i * HOUR, memory_limit_bytes=GIB, memory_request_bytes=GIB)
+        state.add(UsageBatch(cpu_cores=Samples.empty(), cpu_interval_s=HOUR, memory_peak_bytes=Samples.empty(),
+                             memory_interval_s=HOUR, oom_kills=(oom,)))
+    rec = strategy.recommend(state, now_s=NOW, policy=policy, current=CurrentResources())
+    # bump = max(1 GiB + 100 MiB, 1.2 GiB) = 1.2 GiB, capped at maxAllowed 1 GiB before it is used.
+    assert rec.target.memory_bytes == GIB and rec.uncapped_target.memory_bytes == GIB
+    assert "memory: OOM bump" in rec.reasons
+
+
+def test_vpa_oom_loop_inflates_uncapped_target() -> None:
+    # The same scenario under VPA (#9521): the bump goes into the histogram, uncappedTarget exceeds the cap.
+    policy = ContainerPolicy(max_allowed=Resources(memory_bytes=GIB))
+    ooms = tuple(OomKill(timestamp_s=NOW - d * DAY, memory_request_bytes=GIB) for d in range(7, -1, -1))
+    rec = run(get_strategy("vpa"), hourly(192, 0.1, 9e8, oom_kills=ooms), policy=policy)
+    assert rec.target.memory_bytes == GIB
+    assert rec.uncapped_target.memory_bytes is not None and rec.uncapped_target.memory_bytes > 1.2 * GIB
+
+
+def test_thin_history_never_lowers_the_request() -> None:
+    current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=GIB))
+    thin = run(get_strategy("podtailor"), hourly(6, 0.1, 1e8), current=current)  # 5h span: c = 0.21 days
+    assert thin.target == Resources(cpu_millicores=500, memory_bytes=GIB)
+    assert "cpu: low confidence: no decrease" in thin.reasons
+    enough = run(get_strategy("podtailor"), hourly(48, 0.1, 1e8), current=current)  # c = 47/24 = 1.96 days
+    assert enough.target.cpu_millicores is not None and enough.target.cpu_millicores < 500
+    allowed = run(get_strategy("podtailor", no_decrease_on_thin_history=False), hourly(6, 0.1, 1e8), current=current)
+    assert allowed.target.cpu_millicores is not None and allowed.target.cpu_millicores < 500
+
+
+def test_cpu_rises_fast_and_falls_slowly() -> None:
+    low = hourly(99, 0.1, 1e8, end=NOW - HOUR)
+    high = hourly(1, 1.0, 1e8)
+    rise = run(get_strategy("podtailor"), low, high).target.cpu_millicores
+    slow_only = run(get_strategy("podtailor", cpu_fast_half_life_s=0.0), low, high).target.cpu_millicores
+    assert rise is not None and slow_only is not None
+    # The newest hour's share of the decayed weight: 1 - 2^(-1/2) = 29% with the 2h half-life (p90 in the
+    # 1-core bucket: >= 1.0 x 1.1 = 1100m) but 1 - 2^(-1/12) = 5.6% with the 12h one (p90 in the 0.1 bucket:
+    # <= (0.1 x 1.02 + 0.001) x 1.1 = 113.3m).
+    assert rise >= 1100 and slow_only <= 114
+
+
+def test_cpu_limit_rules_keep_qos() -> None:
+    data = hourly(192, 0.5, 5e8)
+    burstable = CurrentResources(requests=Resources(cpu_millicores=250), limits=Resources(cpu_millicores=2000))
+    rec = run(get_strategy("podtailor"), data, current=burstable)
+    # percentile rule: p99 (~0.5..0.511) x 1.15 -> [575m, 588m], above the request.
+    assert rec.limits.cpu_millicores is not None and 575 <= rec.limits.cpu_millicores <= 588
+    guaranteed = CurrentResources(requests=Resources(cpu_millicores=250), limits=Resources(cpu_millicores=250))
+    rec = run(get_strategy("podtailor"), data, current=guaranteed)
+    assert rec.limits.cpu_millicores == rec.target.cpu_millicores
+    none = CurrentResources(requests=Resources(cpu_millicores=250))
+    assert run(get_strategy("podtailor"), data, current=none).limits.cpu_millicores is None
+    assert run(get_strategy("podtailor", cpu_limit_rule="none"), data, current=burstable).limits.cpu_millicores is None
+
+
+def test_invalid_parameter_values_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        get_strategy("podtailor", memory_oom_tolerance="reckless")

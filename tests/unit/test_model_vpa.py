@@ -1,0 +1,150 @@
+"""Unit tests of the ``vpa`` strategy against the numbers of VPA's recommender (vpa.md 1.2-1.7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recommender.model.common import lower_multiplier, upper_multiplier
+from recommender.model.policy import MAX_RESOURCE_AMOUNT
+from recommender.model.registry import get_strategy
+from recommender.model.types import (
+    ContainerPolicy,
+    CurrentResources,
+    OomKill,
+    Recommendation,
+    Resources,
+    Samples,
+    UsageBatch,
+)
+from recommender.model.vpa import VpaParams, VpaState
+
+NOW = 1_700_000_000.0
+HOUR, DAY = 3600.0, 86400.0
+MIB = 1024**2
+GIB = 1024 * MIB
+
+
+def series(n: int, step: float, value: float, end: float = NOW) -> Samples:
+    ts = end - step * np.arange(n)[::-1]
+    return Samples(timestamps_s=ts, values=np.full(n, value))
+
+
+def batch(cpu: Samples, mem: Samples | None = None, step: float = HOUR, ooms: tuple[OomKill, ...] = ()) -> UsageBatch:
+    return UsageBatch(cpu_cores=cpu, cpu_interval_s=step, memory_peak_bytes=mem or Samples.empty(),
+                      memory_interval_s=step, oom_kills=ooms)
+
+
+def recommend(state: VpaState, policy: ContainerPolicy | None = None) -> Recommendation:
+    return get_strategy("vpa").recommend(state, now_s=NOW, policy=policy or ContainerPolicy(),
+                                         current=CurrentResources())
+
+
+def edge(first: float, n: int) -> float:
+    """Start of bucket n of a VPA histogram: first (1.05^n - 1) / 0.05."""
+    return first * (1.05**n - 1) / 0.05
+
+
+def test_confidence_multipliers_match_vpa_table() -> None:
+    # upper x(1 + 1/c): 12h -> c = 0.5 -> 3; 24h -> 2; 7 days -> 1 + 1/7 = 1.142857.
+    assert upper_multiplier(0.5) == pytest.approx(3.0)
+    assert upper_multiplier(1.0) == pytest.approx(2.0)
+    assert upper_multiplier(7.0) == pytest.approx(1.142857, abs=1e-6)
+    # lower x(1 + 0.001/c)^-2: 5 min -> c = 5/1440 -> (1.288)^-2 = 0.6028; 30 min -> (1.048)^-2 = 0.9105;
+    # 60 min -> (1.024)^-2 = 0.9537; 12h -> (1.002)^-2 = 0.996. The table rounds to one or two digits,
+    # hence abs=0.015.
+    assert lower_multiplier(5 / 1440) == pytest.approx(0.6, abs=0.015)
+    assert lower_multiplier(30 / 1440) == pytest.approx(0.9, abs=0.015)
+    assert lower_multiplier(60 / 1440) == pytest.approx(0.95, abs=0.015)
+    assert lower_multiplier(0.5) == pytest.approx(0.996012, abs=1e-6)  # 1 / 1.004004
+    assert upper_multiplier(0.0) == float("inf") and lower_multiplier(0.0) == 0.0
+
+
+def test_constant_usage_targets() -> None:
+    strategy = get_strategy("vpa")
+    state = strategy.new_state()
+    assert isinstance(state, VpaState)
+    # 8 days of one-minute samples, c = min(lifespan 8 days - 1 min, 11520 / 1440 = 8) ~ 8.
+    n = 8 * 1440
+    state.add(batch(series(n, 60.0, 0.5), series(n, 60.0, 5e8), step=60.0))
+    rec = recommend(state)
+    # CPU 0.5 sits in bucket 25 (log_1.05(3.5) = 25.7): p90 = start(26) = 0.511135, x1.15 = 0.587805 -> 588m.
+    assert rec.target.cpu_millicores == 588
+    # Memory 5e8 sits in bucket 25 too (log_1.05(5e8 x 0.05/1e7 + 1) = log_1.05(3.5)): start(26) = 511.135 MB,
+    # x1.15 = 587.805 MB, rounded up to the byte.
+    assert rec.target.memory_bytes == int(np.ceil(edge(1e7, 26) * 1.15))
+    # Upper: p95 is the same bucket; c = min(11519 min / 1440, 8) = 7.99931 days -> x(1 + 1/c) = 1.125011:
+    # 0.587805 x 1.125011 = 0.661287 -> 662m.
+    assert rec.upper_bound.cpu_millicores == 662
+    # Lower: p50 is the same bucket, x(1 + 0.001/c)^-2 = 0.99975: 0.587658 -> 588m.
+    assert rec.lower_bound.cpu_millicores == 588
+    assert rec.confidence == pytest.approx(7.99931 / 8, abs=1e-5)  # c / 8-day full window
+
+
+def test_hourly_prometheus_history_gets_vpa_low_confidence() -> None:
+    # vpa.md 1.5 gotcha: 8 days at 1h = 192 samples -> c = min(191/24 = 7.958, 192/1440 = 0.1333) = 0.1333,
+    # so the upper bound is x(1 + 7.5) = x8.5.
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    state.add(batch(series(192, HOUR, 0.5), series(192, HOUR, 5e8)))
+    assert state.confidence_days(VpaParams()) == pytest.approx(0.1333, abs=1e-4)  # 4 digits as in the comment
+    rec = recommend(state)
+    # 0.587805 x 8.5 = 4.996342 -> 4997m.
+    assert rec.upper_bound.cpu_millicores == 4997
+
+
+def test_floors_split_over_containers() -> None:
+    state = get_strategy("vpa").new_state()
+    state.add(batch(series(100, 60.0, 0.001), series(100, 60.0, 1e6), step=60.0))
+    rec = recommend(state, ContainerPolicy(containers_in_pod=2))
+    # 25m / 2 = 12.5m -> 13m; 250 MiB / 2 = 131072000 bytes.
+    assert rec.target == Resources(cpu_millicores=13, memory_bytes=125 * MIB)
+
+
+def test_no_cpu_history_means_infinite_upper_capped() -> None:
+    state = get_strategy("vpa").new_state()
+    state.add(batch(Samples.empty(), series(3, HOUR, 5e8)))
+    rec = recommend(state)
+    assert rec.target.cpu_millicores is None and "no cpu history" in rec.reasons
+    # c = 0 (no CPU samples): upper x inf -> MaxResourceAmount 1e14 bytes ("100T").
+    assert rec.upper_bound.memory_bytes == MAX_RESOURCE_AMOUNT
+
+
+def test_memory_keeps_one_peak_per_day() -> None:
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    t0 = NOW - 3 * DAY
+    mem = Samples(timestamps_s=np.array([t0, t0 + HOUR, t0 + 2 * HOUR]), values=np.array([1e8, 3e8, 2e8]))
+    state.add(batch(Samples.empty(), mem))
+    # First sample opens the interval [t0, t0 + 24h); the peak 3e8 replaced 1e8: one entry of weight
+    # 2^((t0 + 24h - ref)/24h) in the bucket of 3e8.
+    weights = state.memory.hist.hist.weights
+    assert np.count_nonzero(weights) == 1 and state.memory.window_end_s == t0 + DAY
+    ref = state.memory.hist.reference_s
+    assert ref is not None
+    assert weights.sum() == pytest.approx(2 ** ((t0 + DAY - ref) / DAY), rel=1e-12)
+    state.add(batch(Samples.empty(), series(1, HOUR, 1e8, end=t0 + 2 * DAY + 5.0)))
+    # t0 + 2d + 5s lies in the interval ending at t0 + 3d: a second peak.
+    assert np.count_nonzero(state.memory.hist.hist.weights) == 2 and state.memory.window_end_s == t0 + 3 * DAY
+
+
+def test_oom_bump_is_injected_as_peak() -> None:
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    oom = OomKill(timestamp_s=NOW - 30.0, memory_request_bytes=1024 * MIB, memory_limit_bytes=1024 * MIB)
+    state.add(batch(series(10, 60.0, 0.2), series(10, 60.0, 5e8), step=60.0, ooms=(oom,)))
+    # used = max(request 1 GiB, peak 5e8) = 1 GiB; bump = max(1 GiB + 100 MiB, 1.2 GiB) = 1.2 GiB.
+    assert state.memory.oom_peak == pytest.approx(1.2 * 1024 * MIB)
+    # Repeated OOMs in one interval do not compound: the bump ignores the OOM peak.
+    state.add(batch(Samples.empty(), ooms=(oom,)))
+    assert state.memory.oom_peak == pytest.approx(1.2 * 1024 * MIB)
+    assert np.count_nonzero(state.memory.hist.hist.weights) == 1
+
+
+def test_old_oom_is_dropped() -> None:
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    state.add(batch(Samples.empty(), series(1, HOUR, 5e8)))
+    state.add(batch(Samples.empty(), ooms=(OomKill(timestamp_s=NOW - 2 * DAY, memory_request_bytes=GIB),)))
+    assert state.memory.oom_peak == 0.0  # older than last sample - 24h
+
