@@ -1,0 +1,104 @@
+"""Configuration of the Prometheus usage source: connection, authentication, retries and query shape.
+
+Owns ``PrometheusConfig``, a frozen value read in one place (the CLI) and validated here, plus the two
+numbers derived from it (the CPU rate window and the OOM look-back). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recommender.sources.promql import label_name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrometheusConfig:
+    """Where and how to read usage history."""
+
+    url: str
+    """Base URL including any path prefix, e.g. ``https://mimir.example/prometheus`` (trailing ``/`` ignored);
+    requests go to ``<url>/api/v1/...``."""
+    bearer_token_file: Path | None = None
+    """File holding a bearer token; re-read on every request so that token rotation needs no restart."""
+    basic_auth_username: str | None = None
+    """Basic-auth user name (with ``basic_auth_password``); exclusive with ``bearer_token_file``."""
+    basic_auth_password: str | None = field(default=None, repr=False)
+    """Basic-auth password. Never printed."""
+    ca_file: Path | None = None
+    """PEM bundle used to verify the server instead of the system store."""
+    client_cert_file: Path | None = None
+    """PEM client certificate for mutual TLS (with ``client_key_file``)."""
+    client_key_file: Path | None = None
+    """PEM private key of ``client_cert_file``."""
+    insecure_skip_verify: bool = False
+    """Do not verify the server certificate (test setups only)."""
+    extra_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Headers sent with every request, e.g. ``X-Scope-OrgID`` for Mimir tenants. Never printed."""
+    cluster_label: str | None = None
+    """Label that tells clusters apart in a shared backend (Thanos, Mimir, VictoriaMetrics), e.g. ``cluster``."""
+    cluster_value: str | None = None
+    """This cluster's value of ``cluster_label``; the matcher is added to every selector."""
+    timeout_s: float = 120.0
+    """Per-request timeout in seconds, client side and sent to Prometheus as ``timeout``."""
+    retries: int = 3
+    """Extra attempts after a temporary failure (connection error, timeout, 429, 5xx); 0 disables."""
+    backoff_base_s: float = 1.0
+    """First retry delay in seconds; it doubles each attempt (exponential backoff)."""
+    backoff_max_s: float = 30.0
+    """Cap on one retry delay in seconds (also caps a server's Retry-After)."""
+    step_s: int = 60
+    """History resolution in whole seconds: one CPU and one memory-peak sample per step per pod."""
+    scrape_interval_s: float = 30.0
+    """cAdvisor scrape interval; the CPU rate window is max(4 x this, step) so a window always holds
+    several samples (KRR's 75 s window over a 60 s scrape holds one or two)."""
+    max_points_per_series: int = 11_000
+    """Grid points per series per range query; Prometheus refuses more than 11,000, longer ranges are chunked."""
+    max_series_per_query: int = 5_000
+    """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        if self.bearer_token_file is not None and self.basic_auth_username is not None:
+            raise ValueError("bearer_token_file and basic auth are mutually exclusive")
+        if (self.basic_auth_username is None) != (self.basic_auth_password is None):
+            raise ValueError("basic auth needs both a user name and a password")
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("mutual TLS needs both client_cert_file and client_key_file")
+        if (self.cluster_label is None) != (self.cluster_value is None):
+            raise ValueError("cluster_label and cluster_value go together")
+        if self.cluster_label is not None:
+            label_name(self.cluster_label)
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        if not 1 <= self.step_s <= 86_400 or self.step_s != int(self.step_s):
+            raise ValueError("step_s must be a whole number of seconds in [1, 86400]")
+        if not (math.isfinite(self.scrape_interval_s) and self.scrape_interval_s > 0):
+            raise ValueError("scrape_interval_s must be positive")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError("timeout_s must be positive")
+        if self.retries < 0 or self.backoff_base_s < 0 or self.backoff_max_s < 0:
+            raise ValueError("retries and backoff must not be negative")
+        if not 2 <= self.max_points_per_series <= 11_000:
+            raise ValueError("max_points_per_series must be in [2, 11000]")
+        if self.max_series_per_query < 1:
+            raise ValueError("max_series_per_query must be at least 1")
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/")
+
+    @property
+    def cluster(self) -> tuple[str, str] | None:
+        if self.cluster_label is None or self.cluster_value is None:
+            return None
+        return (self.cluster_label, self.cluster_value)
+
+    @property
+    def cpu_rate_window_s(self) -> int:
+        """Whole seconds: at least 4 scrape intervals and at least one step."""
+        return max(math.ceil(4 * self.scrape_interval_s), self.step_s)

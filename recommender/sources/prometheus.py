@@ -1,0 +1,195 @@
+"""The Prometheus usage source: one history pass = a fixed handful of queries per namespace batch.
+
+Owns ``PrometheusSource``, the ``UsageSource`` for Prometheus and compatible servers (Thanos, Mimir,
+VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends:
+
+1. one ``series`` request listing the containers of all the namespaces (plans the batches, ``batching``);
+2. per scope (a namespace batch or a page of a big namespace): three instant owner queries
+   (``kube_pod_owner``, ``kube_replicaset_owner``, ``kube_job_owner``, ``last_over_time`` over the pass,
+   so pods that are gone still map to their workload);
+3. per scope and time chunk: four range queries (CPU rate, memory peak per step, CFS throttling, the OOM
+   counter), plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
+
+So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
+in the number of workloads or pods. OOM kills come from increases of cAdvisor's
+``container_oom_events_total`` between steps, joined client-side with the kube-state-metrics memory
+limit and request at that step. (``kube_pod_container_status_last_terminated_reason`` only says the last
+termination was an OOM kill, so it cannot count repeated kills nor date them; its weakness is ours to
+accept in the other direction: an event that cAdvisor never exported before the container was replaced
+is missed.) Per-pod series are pooled per workload container by ``samples.build_batches``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import requests
+from prometheus_client import CollectorRegistry
+
+from recommender.model.types import ContainerKey, OomKill, UsageBatch
+from recommender.sources import promql
+from recommender.sources.batching import count_containers, plan_scopes
+from recommender.sources.config import PrometheusConfig
+from recommender.sources.errors import PermanentSourceError
+from recommender.sources.grid import GridRange, aligned_range, chunks
+from recommender.sources.owners import OwnerIndex
+from recommender.sources.samples import (
+    PodKey,
+    PodUsage,
+    Series,
+    build_batches,
+    drop_invalid,
+    oom_increments,
+    parse_matrix,
+    parse_vector_labels,
+    value_at,
+)
+from recommender.sources.transport import SourceMetrics, Transport
+
+__all__ = ["PrometheusConfig", "PrometheusSource"]
+
+log = logging.getLogger(__name__)
+
+
+def _t(seconds: float) -> str:
+    return repr(float(seconds))
+
+
+class PrometheusSource:
+    """Reads usage history from a Prometheus HTTP API; see the module docstring for the request budget."""
+
+    def __init__(self, config: PrometheusConfig, *, registry: CollectorRegistry,
+                 session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self.metrics = SourceMetrics(registry)
+        self._transport = Transport(config, self.metrics, session=session, sleep=sleep)
+
+    @property
+    def request_count(self) -> int:
+        """HTTP requests sent so far, retries included."""
+        return self._transport.request_count
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
+        """Usage with step timestamps in ``(start_s, end_s]``, keyed by workload container.
+
+        For incremental passes call with ``start_s`` = the previous ``end_s``: the grid rule (``grid``) makes
+        consecutive passes disjoint and gap-free. A step close to the wall clock may still miss its last
+        scrape and is not read again, so pass ``end_s`` = now minus a scrape interval or two.
+        Raises ``TemporarySourceError`` / ``PermanentSourceError``; never returns empty for a failed read."""
+        grid = aligned_range(start_s, end_s, self.config.step_s)
+        names = tuple(sorted(set(namespaces)))
+        if grid is None or not names:
+            return {}
+        sent_before = self.request_count
+        scopes = self._plan(names, grid)
+        usage: dict[PodKey, PodUsage] = {}
+        owners = OwnerIndex()
+        dropped: Counter[str] = Counter()
+        parts = chunks(grid, self.config.max_points_per_series - 1)  # the OOM query needs one extra point
+        for scope in scopes:
+            owners = owners.merged(self._owners(scope, grid))
+            for chunk in parts:
+                self._read_chunk(scope, chunk, usage, dropped)
+        batches = build_batches(usage, owners, cpu_interval_s=float(self.config.step_s),
+                                memory_interval_s=float(self.config.step_s))
+        self._report(dropped, usage, owners)
+        log.info("usage history read", extra={
+            "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),
+            "requests": self.request_count - sent_before, "start_s": grid.first_s, "end_s": grid.last_s,
+            **{f"dropped_{reason}": n for reason, n in dropped.items()}})
+        return batches
+
+    # ------------------------------------------------------------------------------------------ requests
+    def _post(self, endpoint: str, form: list[tuple[str, str]], result_type: str | None) -> Any:
+        data = self._transport.post(endpoint, [*form, ("timeout", f"{self.config.timeout_s:g}s")]
+                                    if endpoint != "series" else form)
+        if result_type is None:
+            return data
+        if not isinstance(data, dict) or data.get("resultType") != result_type:
+            raise PermanentSourceError(f"expected a {result_type} result", endpoint=endpoint)
+        return data.get("result")
+
+    def _range(self, query: str, chunk: GridRange, first_s: float | None = None) -> list[Series]:
+        form = [("query", query), ("start", _t(chunk.first_s if first_s is None else first_s)),
+                ("end", _t(chunk.last_s)), ("step", _t(chunk.step_s))]
+        result = self._post("query_range", form, "matrix")
+        try:
+            return parse_matrix(result)
+        except ValueError as err:
+            raise PermanentSourceError(f"malformed matrix: {err}", endpoint="query_range") from err
+
+    def _instant_labels(self, query: str, at_s: float) -> list[dict[str, str]]:
+        result = self._post("query", [("query", query), ("time", _t(at_s))], "vector")
+        try:
+            return parse_vector_labels(result)
+        except ValueError as err:
+            raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
+
+    # ------------------------------------------------------------------------------------------- a pass
+    def _plan(self, names: tuple[str, ...], grid: GridRange) -> list[promql.Scope]:
+        everything = promql.Scope(namespaces=names, cluster=self.config.cluster)
+        form = [("match[]", m) for m in promql.series_matchers(everything)]
+        form += [("start", _t(grid.first_s - self.config.cpu_rate_window_s)), ("end", _t(grid.last_s))]
+        data = self._post("series", form, None)
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+            raise PermanentSourceError("malformed series list", endpoint="series")
+        counts = count_containers({str(k): str(v) for k, v in d.items()} for d in data)
+        return plan_scopes(counts, self.config.max_series_per_query, self.config.cluster)
+
+    def _owners(self, scope: promql.Scope, grid: GridRange) -> OwnerIndex:
+        range_s = grid.last_s - grid.first_s + grid.step_s + self.config.cpu_rate_window_s
+        return OwnerIndex.from_rows(
+            self._instant_labels(promql.pod_owner_query(scope, range_s), grid.last_s),
+            self._instant_labels(promql.replicaset_owner_query(scope, range_s), grid.last_s),
+            self._instant_labels(promql.job_owner_query(scope, range_s), grid.last_s),
+        )
+
+    def _read_chunk(self, scope: promql.Scope, chunk: GridRange, usage: dict[PodKey, PodUsage],
+                    dropped: Counter[str]) -> None:
+        window = self.config.cpu_rate_window_s
+        for query, field_name in ((promql.cpu_query(scope, window), "cpu"),
+                                  (promql.memory_peak_query(scope, chunk.step_s), "memory"),
+                                  (promql.throttle_query(scope, window), "throttle")):
+            for series in self._range(query, chunk):
+                clean = drop_invalid(series, dropped)
+                if len(clean.values):
+                    getattr(usage.setdefault(clean.pod_key, PodUsage()), field_name).append(clean)
+        baseline_s = chunk.first_s - chunk.step_s
+        events: dict[PodKey, list[tuple[float, int]]] = {}
+        for series in self._range(promql.oom_events_query(scope), chunk, first_s=baseline_s):
+            found = oom_increments(drop_invalid(series, dropped), baseline_s)
+            if found:
+                events[series.pod_key] = found
+        if events:
+            self._record_ooms(scope, chunk, events, usage, dropped)
+
+    def _record_ooms(self, scope: promql.Scope, chunk: GridRange, events: dict[PodKey, list[tuple[float, int]]],
+                     usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> None:
+        resources: dict[str, dict[PodKey, Series]] = {}
+        for kind in ("limits", "requests"):
+            series = self._range(promql.memory_resource_query(scope, kind), chunk)
+            resources[kind] = {s.pod_key: drop_invalid(s, dropped) for s in series}
+        for key, found in events.items():
+            for t, count in found:
+                limit = value_at(resources["limits"].get(key), t)
+                request = value_at(resources["requests"].get(key), t)
+                kill = OomKill(timestamp_s=t, memory_limit_bytes=None if limit is None else round(limit),
+                               memory_request_bytes=None if request is None else round(request))
+                usage.setdefault(key, PodUsage()).ooms.extend([kill] * count)
+
+    def _report(self, dropped: Counter[str], usage: dict[PodKey, PodUsage], owners: OwnerIndex) -> None:
+        for reason, n in dropped.items():
+            self.metrics.dropped.labels(reason).inc(n)
+        if dropped:
+            log.warning("invalid samples dropped", extra={f"dropped_{r}": n for r, n in dropped.items()})
+        orphans = {(ns, pod) for ns, pod, _ in usage if (ns, pod) not in owners.pods}
+        if orphans:
+            log.info("pods without owner series keyed as kind Pod",
+                     extra={"pods": len(orphans), "reason": "no kube_pod_owner series in the window"})

@@ -1,0 +1,166 @@
+"""PromQL text: label-value escaping, selectors and every query the Prometheus source sends.
+
+Owns the only path by which a value reaches PromQL. ``quote`` turns any string into a double-quoted
+PromQL string literal that the Prometheus lexer reads back as exactly that string (backslash, double
+quote and non-printable characters are escaped; a raw newline or U+FFFD would otherwise end or break the
+literal). ``regex_literal`` first escapes the RE2 metacharacters, so the regex matches exactly the value
+(Prometheus anchors regex matchers at both ends), then string-escapes the result: two layers. Label
+*names* are never escaped but validated. Pure: no I/O, no clock.
+
+Every query is grouped ``by (namespace, pod, container)`` over one namespace batch, so the number of
+requests per pass depends on the batch count, never on the number of workloads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_RE2_META = frozenset("\\.+*?()|[]{}^$")
+_SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+BY = "namespace, pod, container"
+"""The grouping of every usage query: one series per container of each pod."""
+
+
+def _escape_char(ch: str) -> str:
+    simple = _SIMPLE_ESCAPES.get(ch)
+    if simple is not None:
+        return simple
+    code = ord(ch)
+    if 0xD800 <= code <= 0xDFFF:
+        raise ValueError("label value contains a lone surrogate, which is not valid UTF-8")
+    if ch.isprintable() and code != 0xFFFD:  # the lexer reads a literal U+FFFD as invalid UTF-8
+        return ch
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def quote(value: str) -> str:
+    """``value`` as a PromQL double-quoted string literal (Go ``strconv.Unquote`` escapes)."""
+    return '"' + "".join(_escape_char(ch) for ch in value) + '"'
+
+
+def regex_escape(value: str) -> str:
+    """``value`` as an RE2 pattern matching exactly ``value``: each metacharacter gets a backslash."""
+    return "".join("\\" + ch if ch in _RE2_META else ch for ch in value)
+
+
+def regex_literal(values: Sequence[str]) -> str:
+    """A quoted regex matching exactly one of ``values`` (first the regex layer, then the string layer)."""
+    if not values:
+        raise ValueError("a regex matcher needs at least one value")
+    return quote("|".join(regex_escape(v) for v in values))
+
+
+def label_name(name: str) -> str:
+    """``name`` if it is a valid Prometheus label name, else ValueError (names are never escaped)."""
+    if _LABEL_NAME.fullmatch(name) is None:
+        raise ValueError(f"invalid label name {name[:64]!r}")
+    return name
+
+
+def match_any(label: str, values: Sequence[str]) -> str:
+    """``label="v"`` for one value, ``label=~"v1|v2"`` (exact alternatives) for several."""
+    if len(values) == 1:
+        return f"{label_name(label)}={quote(values[0])}"
+    return f"{label_name(label)}=~{regex_literal(sorted(set(values)))}"
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration for a whole number of milliseconds: ``300s`` or ``59999ms``."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError("a duration must be positive")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """What one query covers: a namespace batch, optionally a page of pods, optionally one cluster."""
+
+    namespaces: tuple[str, ...]
+    pods: tuple[str, ...] = ()
+    """Empty: every pod of the namespaces. Otherwise exactly these pods (a page of a big namespace)."""
+    cluster: tuple[str, str] | None = None
+    """(label name, value) added to every selector for shared backends (Thanos, Mimir, VictoriaMetrics)."""
+
+    def __post_init__(self) -> None:
+        if not self.namespaces:
+            raise ValueError("a scope needs at least one namespace")
+        if self.cluster is not None:
+            label_name(self.cluster[0])
+
+    def matchers(self, *, pods: bool = True, containers: bool = True) -> list[str]:
+        out = [match_any("namespace", self.namespaces)]
+        if pods and self.pods:
+            out.append(match_any("pod", self.pods))
+        if containers:
+            out += ['container!=""', 'container!="POD"']
+        if self.cluster is not None:
+            out.append(f"{label_name(self.cluster[0])}={quote(self.cluster[1])}")
+        return out
+
+
+def selector(metric: str, scope: Scope, *extra: str, pods: bool = True, containers: bool = True) -> str:
+    """``metric{...}`` with the scope's matchers and then ``extra`` (already-built matchers)."""
+    return metric + "{" + ",".join([*scope.matchers(pods=pods, containers=containers), *extra]) + "}"
+
+
+def cpu_query(scope: Scope, window_s: float) -> str:
+    """Average cores over the last ``window_s`` at each step; max across duplicate scrapes of a container."""
+    sel = selector("container_cpu_usage_seconds_total", scope)
+    return f"max by ({BY}) (rate({sel}[{duration(window_s)}]))"
+
+
+def memory_peak_query(scope: Scope, step_s: float) -> str:
+    """Peak working set per step. The window is one millisecond shorter than the step because Prometheus
+    2.x range selectors are closed at both ends: this way every raw sample belongs to exactly one step."""
+    sel = selector("container_memory_working_set_bytes", scope)
+    return f"max by ({BY}) (max_over_time({sel}[{duration(step_s - 0.001)}]))"
+
+
+def throttle_query(scope: Scope, window_s: float) -> str:
+    """Fraction of CFS periods throttled; steps without any period (idle or no limit) yield no sample."""
+    w = duration(window_s)
+    throttled = selector("container_cpu_cfs_throttled_periods_total", scope)
+    periods = selector("container_cpu_cfs_periods_total", scope)
+    return (f"max by ({BY}) (rate({throttled}[{w}])) / (max by ({BY}) (rate({periods}[{w}])) > 0)")
+
+
+def oom_events_query(scope: Scope) -> str:
+    """The cAdvisor OOM-event counter itself; increases are counted client-side between steps."""
+    return f"max by ({BY}) ({selector('container_oom_events_total', scope)})"
+
+
+def memory_resource_query(scope: Scope, kind: str) -> str:
+    """kube-state-metrics memory ``requests`` or ``limits`` of each container, in bytes."""
+    if kind not in ("requests", "limits"):
+        raise ValueError("kind must be 'requests' or 'limits'")
+    sel = selector(f"kube_pod_container_resource_{kind}", scope, 'resource="memory"')
+    return f"max by ({BY}) ({sel})"
+
+
+def pod_owner_query(scope: Scope, range_s: float) -> str:
+    """Controller owner of every pod seen in the range (pods that are gone still map)."""
+    sel = selector("kube_pod_owner", scope, 'owner_is_controller!="false"', containers=False)
+    return f"max by (namespace, pod, owner_kind, owner_name) (last_over_time({sel}[{duration(range_s)}]))"
+
+
+def replicaset_owner_query(scope: Scope, range_s: float) -> str:
+    """Owner (usually a Deployment) of every ReplicaSet seen in the range."""
+    sel = selector("kube_replicaset_owner", scope, pods=False, containers=False)
+    return (f"max by (namespace, replicaset, owner_kind, owner_name) "
+            f"(last_over_time({sel}[{duration(range_s)}]))")
+
+
+def job_owner_query(scope: Scope, range_s: float) -> str:
+    """Owner (usually a CronJob) of every Job seen in the range."""
+    sel = selector("kube_job_owner", scope, pods=False, containers=False)
+    return f"max by (namespace, job_name, owner_kind, owner_name) (last_over_time({sel}[{duration(range_s)}]))"
+
+
+def series_matchers(scope: Scope) -> list[str]:
+    """``match[]`` selectors for the series endpoint, which plans the batches (an index-only lookup)."""
+    return [selector("container_cpu_usage_seconds_total", scope),
+            selector("container_memory_working_set_bytes", scope)]

@@ -1,0 +1,148 @@
+"""Prometheus JSON results to numpy arrays, invalid-sample dropping, OOM counting and pooling into batches.
+
+Owns the conversion from the ``data.result`` of query and query_range responses to plain arrays, the
+rule for bad values (NaN, +-Inf and negative samples are dropped and counted by reason, never replaced
+by zeros), the client-side counting of OOM events from a counter sampled at each step, and the pooling
+of per-pod series into one ``UsageBatch`` per workload container (all pods of a workload, across
+ReplicaSet generations, under one ``ContainerKey``). A key with no sample at all gets no batch. Pure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from recommender.model.types import ContainerKey, FloatArray, OomKill, Samples, UsageBatch
+from recommender.sources.owners import OwnerIndex
+
+PodKey = tuple[str, str, str]
+"""(namespace, pod, container): the grouping of every usage query."""
+DROP_REASONS = ("nan", "inf", "negative")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Series:
+    labels: dict[str, str]
+    timestamps_s: FloatArray
+    values: FloatArray
+
+    @property
+    def pod_key(self) -> PodKey:
+        return (self.labels.get("namespace", ""), self.labels.get("pod", ""), self.labels.get("container", ""))
+
+
+def _labels(item: object) -> dict[str, str]:
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+        raise ValueError("result item without a metric object")
+    return {str(k): str(v) for k, v in item["metric"].items()}
+
+
+def parse_matrix(result: object) -> list[Series]:
+    """``data.result`` of a query_range (resultType matrix); ValueError if it is not that shape."""
+    if not isinstance(result, list):
+        raise ValueError("result is not a list")
+    out = []
+    for item in result:
+        labels = _labels(item)
+        pairs = item.get("values")
+        if not isinstance(pairs, list):
+            raise ValueError("matrix item without values")
+        try:
+            ts = np.array([float(p[0]) for p in pairs], dtype=np.float64)
+            values = np.array([float(p[1]) for p in pairs], dtype=np.float64)
+        except (TypeError, ValueError, IndexError) as err:
+            raise ValueError(f"malformed sample: {err}") from err
+        out.append(Series(labels=labels, timestamps_s=ts, values=values))
+    return out
+
+
+def parse_vector_labels(result: object) -> list[dict[str, str]]:
+    """Label sets of a ``query`` result (resultType vector), e.g. owner rows."""
+    if not isinstance(result, list):
+        raise ValueError("result is not a list")
+    return [_labels(item) for item in result]
+
+
+def drop_invalid(series: Series, dropped: Counter[str]) -> Series:
+    """``series`` without NaN, +-Inf or negative values; adds what was dropped to ``dropped`` by reason."""
+    v = series.values
+    nan = np.isnan(v)
+    inf = np.isinf(v)
+    negative = ~nan & ~inf & (v < 0)
+    keep = ~(nan | inf | negative)
+    if keep.all():
+        return series
+    dropped["nan"] += int(nan.sum())
+    dropped["inf"] += int(inf.sum())
+    dropped["negative"] += int(negative.sum())
+    return Series(labels=series.labels, timestamps_s=series.timestamps_s[keep], values=v[keep])
+
+
+def oom_increments(series: Series, baseline_s: float) -> list[tuple[float, int]]:
+    """(time, events) where the OOM counter rose. The point at ``baseline_s`` (one step before the range)
+    is only a baseline; a series that first appears later starts from 0 (a new container's counter). A
+    drop is a counter reset: the new value counts."""
+    out: list[tuple[float, int]] = []
+    previous: float | None = None
+    for t, value in zip(series.timestamps_s.tolist(), series.values.tolist(), strict=True):
+        if previous is None and t <= baseline_s:
+            previous = value
+            continue
+        base = 0.0 if previous is None else previous
+        rise = value if value < base else value - base
+        if rise >= 1:
+            out.append((t, int(rise)))
+        previous = value
+    return out
+
+
+def value_at(series: Series | None, t: float) -> float | None:
+    """The series' last value at or before ``t`` (None when there is none)."""
+    if series is None or len(series.timestamps_s) == 0:
+        return None
+    i = int(np.searchsorted(series.timestamps_s, t, side="right")) - 1
+    return None if i < 0 else float(series.values[i])
+
+
+@dataclass(slots=True, kw_only=True)
+class PodUsage:
+    """Accumulator for one (namespace, pod, container) over the chunks of a pass."""
+
+    cpu: list[Series] = field(default_factory=list)
+    memory: list[Series] = field(default_factory=list)
+    throttle: list[Series] = field(default_factory=list)
+    ooms: list[OomKill] = field(default_factory=list)
+
+
+def _pool(parts: list[Series]) -> Samples:
+    if not parts:
+        return Samples.empty()
+    ts = np.concatenate([p.timestamps_s for p in parts])
+    values = np.concatenate([p.values for p in parts])
+    order = np.argsort(ts, kind="stable")
+    return Samples(timestamps_s=ts[order], values=values[order])
+
+
+def build_batches(usage: Mapping[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
+                  memory_interval_s: float) -> dict[ContainerKey, UsageBatch]:
+    """One batch per workload container that has at least one sample or OOM kill; pods pooled."""
+    grouped: dict[ContainerKey, list[PodUsage]] = {}
+    for (namespace, pod, container), pod_usage in sorted(usage.items()):
+        workload = owners.workload(namespace, pod)
+        key = ContainerKey(namespace=namespace, workload_kind=workload.kind, workload_name=workload.name,
+                           container=container)
+        grouped.setdefault(key, []).append(pod_usage)
+    out: dict[ContainerKey, UsageBatch] = {}
+    for key, pods in grouped.items():
+        cpu = _pool([s for p in pods for s in p.cpu])
+        memory = _pool([s for p in pods for s in p.memory])
+        throttle = _pool([s for p in pods for s in p.throttle])
+        ooms = tuple(sorted((o for p in pods for o in p.ooms), key=lambda o: o.timestamp_s))
+        if len(cpu) == 0 and len(memory) == 0 and len(throttle) == 0 and not ooms:
+            continue
+        out[key] = UsageBatch(cpu_cores=cpu, cpu_interval_s=cpu_interval_s, memory_peak_bytes=memory,
+                              memory_interval_s=memory_interval_s, oom_kills=ooms, cpu_throttled_fraction=throttle)
+    return out

@@ -1,0 +1,175 @@
+"""HTTP to the Prometheus API: form-encoded POST, auth, TLS, retries, error classification and metrics.
+
+Owns every request the source sends. It is built on prometheus-api-client's ``PrometheusConnect``: the
+connect object holds the ``requests`` session (TLS verification, client certificate), the base URL, the
+static headers and the basic auth. Queries, though, are sent by this module through that same session,
+because prometheus-api-client 0.7.2 cannot do what we need: its ``method="POST"`` still puts the query in
+the URL query string (``params=``), so long selectors still hit 414/422 as KRR saw (#60, #66); it rounds
+range bounds to whole seconds, drops the ``warnings`` of partial responses, and reports every failure as
+one exception type with the status only in its text. We POST ``application/x-www-form-urlencoded``
+bodies to ``<url>/api/v1/{query,query_range,series}`` with the connect object's headers, auth, verify and
+cert, plus the bearer token read from its file on each request. The connect object's own urllib3 retries
+are switched off so that retrying happens once, here: temporary failures (connection errors, timeouts,
+408, 429, 5xx) are retried with exponential backoff; anything else raises ``PermanentSourceError`` at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from urllib3.util.retry import Retry
+
+from recommender.sources.config import PrometheusConfig
+from recommender.sources.errors import PermanentSourceError, SourceError, TemporarySourceError
+
+log = logging.getLogger(__name__)
+_TEMPORARY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+Form = Sequence[tuple[str, str]]
+
+
+class SourceMetrics:
+    """The source's metrics, registered on an injected registry (bounded labels: no namespaces, no pods)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter("podtailor_source_requests", "HTTP requests to the metrics backend.",
+                                ["endpoint", "outcome"], registry=registry)
+        self.seconds = Histogram("podtailor_source_request_seconds", "Duration of HTTP requests to the backend.",
+                                 ["endpoint"], registry=registry)
+        self.dropped = Counter("podtailor_source_samples_dropped", "Samples dropped before building batches.",
+                               ["reason"], registry=registry)
+        self.warnings = Counter("podtailor_source_warnings", "Responses that carried warnings (partial data).",
+                                ["endpoint"], registry=registry)
+
+
+def _retry_after_s(response: requests.Response | None) -> float:
+    value = response.headers.get("Retry-After", "") if response is not None else ""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 0.0
+
+
+def _error_text(response: requests.Response) -> str:
+    try:
+        body = response.json()
+        if isinstance(body, dict) and "error" in body:
+            return f"{body.get('errorType', '')}: {body['error']}"[:500]
+    except ValueError:
+        pass
+    return response.text[:200]
+
+
+class Transport:
+    """Sends API requests; ``request_count`` counts HTTP attempts (retries included) for benchmarks."""
+
+    def __init__(self, config: PrometheusConfig, metrics: SourceMetrics, *,
+                 session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._sleep = sleep
+        self.request_count = 0
+        session = session if session is not None else requests.Session()
+        if config.insecure_skip_verify:
+            session.verify = False
+        elif config.ca_file is not None:
+            session.verify = str(config.ca_file)
+        if config.client_cert_file is not None and config.client_key_file is not None:
+            session.cert = (str(config.client_cert_file), str(config.client_key_file))
+        auth = None
+        if config.basic_auth_username is not None and config.basic_auth_password is not None:
+            auth = (config.basic_auth_username, config.basic_auth_password)
+        self._session = session
+        self.client = PrometheusConnect(url=config.base_url, headers=dict(config.extra_headers), auth=auth,
+                                        session=session, retry=Retry(total=0), timeout=config.timeout_s,
+                                        method="POST")
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _headers(self) -> dict[str, str]:
+        headers = dict(self.client.headers or {})
+        if self._config.bearer_token_file is not None:
+            try:
+                token = self._config.bearer_token_file.read_text(encoding="utf-8").strip()
+            except OSError as err:
+                raise PermanentSourceError("cannot read the bearer token file") from err
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _attempt(self, endpoint: str, form: Form) -> Any:
+        response = self._session.request(
+            "POST", f"{self.client.url}/api/v1/{endpoint}", data=list(form), headers=self._headers(),
+            auth=self.client.auth, verify=self._session.verify, cert=self._session.cert,
+            timeout=self._config.timeout_s)
+        try:
+            response.raise_for_status()
+            body = response.json()
+        except requests.HTTPError as err:
+            status = response.status_code
+            kind = TemporarySourceError if status in _TEMPORARY_STATUS else PermanentSourceError
+            raise kind(f"prometheus answered {status}: {_error_text(response)}", endpoint=endpoint,
+                       status=status) from err
+        except ValueError as err:
+            raise PermanentSourceError("response is not JSON: is the URL (and path prefix) right?",
+                                       endpoint=endpoint, status=response.status_code) from err
+        if not isinstance(body, dict) or body.get("status") != "success" or "data" not in body:
+            raise PermanentSourceError("response is not a Prometheus API success", endpoint=endpoint)
+        warnings = body.get("warnings") or []
+        if warnings:
+            self._metrics.warnings.labels(endpoint).inc()
+            log.warning("prometheus returned warnings, data may be partial",
+                        extra={"endpoint": endpoint, "warnings": [str(w)[:200] for w in warnings[:5]]})
+        return body["data"]
+
+    def _classified(self, endpoint: str, form: Form) -> Any:
+        try:
+            return self._attempt(endpoint, form)
+        except SourceError:
+            raise
+        except requests.exceptions.SSLError as err:
+            raise PermanentSourceError("TLS failure talking to prometheus", endpoint=endpoint) from err
+        except (requests.ConnectionError, requests.Timeout) as err:
+            raise TemporarySourceError(f"cannot reach prometheus: {type(err).__name__}", endpoint=endpoint) from err
+        except requests.RequestException as err:
+            raise PermanentSourceError(f"request failed: {type(err).__name__}", endpoint=endpoint) from err
+
+    def post(self, endpoint: str, form: Form) -> Any:
+        """``data`` of a successful response; retries temporary failures, then raises."""
+        attempt = 0
+        while True:
+            self.request_count += 1
+            started = time.monotonic()
+            try:
+                data = self._classified(endpoint, form)
+            except TemporarySourceError as err:
+                self._observe(endpoint, "temporary_error", started)
+                if attempt >= self._config.retries:
+                    raise
+                delay = min(self._config.backoff_max_s,
+                            max(self._config.backoff_base_s * 2**attempt, _retry_after_s(_response_of(err))))
+                log.warning("prometheus request failed, retrying",
+                            extra={"endpoint": endpoint, "attempt": attempt + 1, "delay_s": delay,
+                                   "status": err.status, "error": str(err)})
+                attempt += 1
+                self._sleep(delay)
+                continue
+            except PermanentSourceError:
+                self._observe(endpoint, "permanent_error", started)
+                raise
+            self._observe(endpoint, "ok", started)
+            return data
+
+    def _observe(self, endpoint: str, outcome: str, started: float) -> None:
+        self._metrics.requests.labels(endpoint, outcome).inc()
+        self._metrics.seconds.labels(endpoint).observe(time.monotonic() - started)
+
+
+def _response_of(err: SourceError) -> requests.Response | None:
+    cause = err.__cause__
+    return cause.response if isinstance(cause, requests.HTTPError) else None

@@ -1,0 +1,271 @@
+"""The Prometheus source against the real local Prometheus, with history backfilled from usage models.
+
+One backfill per module (three days at the simulator's 60 s grid) holds every namespace these tests use;
+the names carry a random suffix because the Prometheus instance is shared by the whole test session. The
+source reads at a 300 s step with a 60 s "scrape interval" (the backfill grid), so the CPU rate window is
+max(4 x 60, 300) = 300 s and the memory window 299.999 s: each window holds exactly the grid samples in
+(t - 300, t]. Expected values come from the simulator's own integration (``compute_history``), not from
+production code.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from recommender.model.types import ContainerKey, UsageBatch
+from recommender.sources.errors import TemporarySourceError
+from recommender.sources.prometheus import PrometheusConfig, PrometheusSource
+from tests.harness.prometheus import LocalPrometheus
+from tests.nodesim.openmetrics import ExportContainer, compute_history, time_grid, write_openmetrics
+from tests.nodesim.usage import Constant, Daily, Spikes, UsageModel
+
+pytestmark = pytest.mark.prometheus
+
+DAYS = 3
+GRID_S = 60
+STEP_S = 300
+MI = 2**20
+SUBSTEPS = 6  # write_openmetrics' default
+
+
+@dataclass(frozen=True)
+class World:
+    url: str
+    now_s: float
+    shop: str  # 2 Deployments (web: 2 ReplicaSet generations, api: throttled) + 1 StatefulSet
+    solo: str  # 1 Deployment with 1 pod
+    oom: str  # 1 Deployment whose memory spikes past its limit
+    bad: str  # 1 StatefulSet pod whose working set has NaN, negative and +Inf windows (hand-written)
+    containers: tuple[ExportContainer, ...]
+
+
+def _pod(ns: str, pod: str, model: UsageModel, owner: tuple[str, str], rs_owner: tuple[str, str] = ("", ""), *,
+         cpu_limit_millicores: int | None = None, memory_limit_bytes: int | None = None,
+         memory_request_bytes: int | None = None) -> ExportContainer:
+    return ExportContainer(namespace=ns, pod=pod, container="app", node="n1", model=model, pod_uid=f"uid-{pod}",
+                           owner_kind=owner[0], owner_name=owner[1], replicaset_owner_kind=rs_owner[0],
+                           replicaset_owner_name=rs_owner[1], cpu_limit_millicores=cpu_limit_millicores,
+                           memory_limit_bytes=memory_limit_bytes, memory_request_bytes=memory_request_bytes)
+
+
+def _containers(shop: str, solo: str, oom: str) -> list[ExportContainer]:
+    web = Constant(cpu_cores=0.25, memory_bytes=100 * MI)
+    api = Daily(cpu_cores=0.6, memory_bytes=300 * MI, cpu_amplitude_cores=0.4, memory_amplitude_bytes=50 * MI,
+                peak_hour=14, cpu_noise=0.2, memory_noise=0.1, seed=7)
+    db = Daily(cpu_cores=0.1, memory_bytes=1024 * MI, memory_amplitude_bytes=200 * MI, memory_noise=0.05, seed=3)
+    deploy = ("Deployment", "web")
+    return [
+        _pod(shop, "web-6b8f-a", web, ("ReplicaSet", "web-6b8f"), deploy),
+        _pod(shop, "web-6b8f-b", web, ("ReplicaSet", "web-6b8f"), deploy),
+        _pod(shop, "web-9c4d-a", web, ("ReplicaSet", "web-9c4d"), deploy),  # the next rollout generation
+        *(_pod(shop, f"api-77f5-{s}", api, ("ReplicaSet", "api-77f5"), ("Deployment", "api"),
+               cpu_limit_millicores=700) for s in "abc"),
+        _pod(shop, "db-0", db, ("StatefulSet", "db")),
+        _pod(shop, "db-1", db, ("StatefulSet", "db")),
+        _pod(solo, "one-5d6c-a", web, ("ReplicaSet", "one-5d6c"), ("Deployment", "one")),
+        _pod(oom, "leak-1a2b-a", Spikes(cpu_cores=0.1, memory_bytes=100 * MI, spike_cpu_cores=0.0,
+                                       spike_memory_bytes=200 * MI, period_s=6 * 3600, duration_s=600, offset_s=0),
+             ("ReplicaSet", "leak-1a2b"), ("Deployment", "leak"), memory_limit_bytes=256 * MI,
+             memory_request_bytes=128 * MI),
+    ]
+
+
+@pytest.fixture(scope="module")
+def world(prometheus: LocalPrometheus, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tag = secrets.token_hex(3)
+    shop, solo, oom = f"src-shop-{tag}", f"src-solo-{tag}", f"src-oom-{tag}"
+    containers = _containers(shop, solo, oom)
+    now_s = float(math.floor(time.time() / 3600) * 3600)  # a whole hour: a multiple of the grid and the step
+    path = tmp_path_factory.mktemp("source") / "history.om"
+    with path.open("w") as out:
+        write_openmetrics(out, containers, now_s=now_s, days=DAYS, step_s=GRID_S)
+    prometheus.backfill(path)
+    bad = f"src-bad-{tag}"
+    prometheus.backfill(_write_bad(path.with_name("bad.om"), bad, now_s))
+    yield World(url=prometheus.url, now_s=now_s, shop=shop, solo=solo, oom=oom, bad=bad,
+                containers=tuple(containers))
+
+
+BAD_WINDOWS = {2: "NaN", 4: "-1", 6: "+Inf"}
+"""Query step index (ending at now - 2 h + 300 * k) -> the raw value written for all 5 grid samples in it."""
+
+
+def _write_bad(path: Path, namespace: str, now_s: float) -> Path:
+    """Two hours of a working set at 1000 bytes, except three whole 300 s windows of NaN, -1 and +Inf."""
+    start = now_s - 2 * 3600
+    lines = ["# TYPE container_memory_working_set_bytes gauge"]
+    labels = f'namespace="{namespace}",pod="bad-0",container="app"'
+    for i in range(2 * 60 + 1):
+        t = start + i * GRID_S
+        value = BAD_WINDOWS.get(math.ceil(i * GRID_S / STEP_S), "1000")  # grid t is in window ceil(t / 300)
+        lines.append(f"container_memory_working_set_bytes{{{labels}}} {value} {t:.0f}")
+    lines.append("# TYPE kube_pod_owner gauge")
+    owner = f'namespace="{namespace}",pod="bad-0",owner_kind="StatefulSet",owner_name="bad",owner_is_controller="true"'
+    lines += [f"kube_pod_owner{{{owner}}} 1 {start + i * GRID_S:.0f}" for i in range(2 * 60 + 1)]
+    path.write_text("\n".join([*lines, "# EOF"]) + "\n")
+    return path
+
+
+def _source(url: str, registry: CollectorRegistry | None = None, **options: object) -> PrometheusSource:
+    settings: dict[str, object] = {"step_s": STEP_S, "scrape_interval_s": GRID_S, "retries": 0, **options}
+    config = PrometheusConfig(url=url, **settings)  # type: ignore[arg-type]
+    return PrometheusSource(config, registry=registry or CollectorRegistry())
+
+
+def _requests(registry: CollectorRegistry, endpoint: str, outcome: str) -> float:
+    return registry.get_sample_value("podtailor_source_requests_total",
+                                     {"endpoint": endpoint, "outcome": outcome}) or 0.0
+
+
+def _key(ns: str, kind: str, name: str) -> ContainerKey:
+    return ContainerKey(namespace=ns, workload_kind=kind, workload_name=name, container="app")
+
+
+def _expected(c: ExportContainer, now_s: float, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query step t: mean CPU over (t-300, t], peak memory over the grid points in (t-300, t], and
+    throttled/periods over (t-300, t], from the simulator's cumulative counters at grid points."""
+    ts = time_grid(now_s, DAYS, GRID_S)
+    h = compute_history(c, ts, SUBSTEPS)
+    at = np.searchsorted(ts, steps)
+    before = np.searchsorted(ts, steps - STEP_S)
+    cpu = (h.cpu_usage_seconds_total[at] - h.cpu_usage_seconds_total[before]) / STEP_S
+    memory = np.array([h.memory_working_set_bytes[b + 1:a + 1].max() for a, b in zip(at, before, strict=True)])
+    periods = h.cfs_periods_total[at] - h.cfs_periods_total[before]
+    throttled = (h.cfs_throttled_periods_total[at] - h.cfs_throttled_periods_total[before]) / periods
+    return cpu, memory.astype(np.float64), throttled
+
+
+def _per_pod(batch: UsageBatch, pods: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled samples of identical pods, one column per pod (samples are time-ordered, pods interleaved)."""
+    cpu = batch.cpu_cores.values.reshape(-1, pods)
+    memory = batch.memory_peak_bytes.values.reshape(-1, pods)
+    return cpu, memory
+
+
+def test_batches_are_workload_level_and_match_the_model(world: World) -> None:
+    start, end = world.now_s - 86400, world.now_s  # the last day: (start, end] at 300 s = 288 steps
+    batches = _source(world.url).history([world.shop], start, end)
+    web, api, db = _key(world.shop, "Deployment", "web"), _key(world.shop, "Deployment", "api"), \
+        _key(world.shop, "StatefulSet", "db")
+    assert set(batches) == {web, api, db}  # two ReplicaSet generations of web pool into one key
+    steps = start + STEP_S * np.arange(1, 289, dtype=np.float64)
+    by_pod = {c.pod: c for c in world.containers}
+    for key, pod, pods in ((web, "web-6b8f-a", 3), (api, "api-77f5-a", 3), (db, "db-0", 2)):
+        batch = batches[key]
+        assert batch.cpu_interval_s == STEP_S and batch.memory_interval_s == STEP_S
+        assert np.array_equal(batch.cpu_cores.timestamps_s, np.repeat(steps, pods))
+        cpu, memory = _per_pod(batch, pods)
+        exp_cpu, exp_memory, exp_throttle = _expected(by_pod[pod], world.now_s, steps)
+        # rate() over a window whose first and last samples sit exactly on its ends does not extrapolate:
+        # it is (C(t) - C(t-300)) / 300. Only float rounding (the counter is ~1e5 s, written with repr) differs.
+        np.testing.assert_allclose(cpu, np.repeat(exp_cpu[:, None], pods, axis=1), rtol=1e-9, atol=1e-12)
+        # max_over_time of a gauge: exact, and a true peak (the max of 5 grid samples, not the value at t).
+        np.testing.assert_array_equal(memory, np.repeat(exp_memory[:, None], pods, axis=1))
+        throttle = batch.cpu_throttled_fraction.values.reshape(-1, pods)
+        np.testing.assert_allclose(throttle, np.repeat(exp_throttle[:, None], pods, axis=1), rtol=1e-9)
+    api_throttle = batches[api].cpu_throttled_fraction.values
+    assert api_throttle.max() > 0.1  # the api pods hit their 700m limit at the daily peak
+    assert batches[web].cpu_cores.values.min() == pytest.approx(0.25, rel=1e-9)  # Constant: no throttling
+    # The Daily peak matters: the per-step memory peak is above the instantaneous value at t somewhere.
+    db_pod = by_pod["db-0"]
+    instantaneous = db_pod.model.sample_many(steps).memory_bytes
+    assert (_per_pod(batches[db], 2)[1][:, 0] > instantaneous).any()
+
+
+def test_requests_do_not_grow_with_workloads(world: World) -> None:
+    start, end = world.now_s - 2 * 86400, world.now_s
+    registry = CollectorRegistry()
+    one, three, both = _source(world.url, registry), _source(world.url), _source(world.url)
+    assert len(one.history([world.solo], start, end)) == 1  # 1 workload, 1 pod
+    assert len(three.history([world.shop], start, end)) == 3  # 3 workloads, 8 pods
+    assert len(both.history([world.shop, world.solo], start, end)) == 4  # both namespaces in one batch
+    # 1 series listing + 3 owner queries + 4 usage queries (one chunk of 576 points) = 8, whatever the count.
+    assert one.request_count == three.request_count == both.request_count == 8
+    assert _requests(registry, "series", "ok") == 1
+    assert _requests(registry, "query", "ok") == 3
+    assert _requests(registry, "query_range", "ok") == 4
+
+
+def test_chunked_and_incremental_passes_equal_one_pass(world: World) -> None:
+    start, mid, end = world.now_s - 86400, world.now_s - 86400 + 7 * 3600 + 17, world.now_s
+    whole = _source(world.url).history([world.shop], start, end)
+    chunked_source = _source(world.url, max_points_per_series=100)  # 288 points -> chunks of 99
+    chunked = chunked_source.history([world.shop], start, end)
+    assert chunked_source.request_count == 1 + 3 + 4 * 3
+    first = _source(world.url).history([world.shop], start, mid)
+    second = _source(world.url).history([world.shop], mid, end)
+    assert set(whole) == set(chunked) == set(first) == set(second) and len(whole) == 3
+    for key, batch in whole.items():
+        # Chunking in time changes the requests, not the data.
+        for field_name in ("cpu_cores", "memory_peak_bytes", "cpu_throttled_fraction"):
+            a, b = getattr(batch, field_name), getattr(chunked[key], field_name)
+            assert np.array_equal(a.timestamps_s, b.timestamps_s) and np.array_equal(a.values, b.values)
+        # Incremental: the second pass has only steps after mid; together they are the whole, once.
+        assert first[key].cpu_cores.timestamps_s.max() <= mid < second[key].cpu_cores.timestamps_s.min()
+        for field_name in ("cpu_cores", "memory_peak_bytes"):
+            parts = [getattr(first[key], field_name), getattr(second[key], field_name)]
+            whole_samples = getattr(batch, field_name)
+            assert np.array_equal(np.concatenate([p.timestamps_s for p in parts]), whole_samples.timestamps_s)
+            np.testing.assert_allclose(np.concatenate([p.values for p in parts]), whole_samples.values, rtol=1e-12)
+
+
+def test_oom_kills_carry_the_memory_limit_and_request(world: World) -> None:
+    start, end = world.now_s - 86400, world.now_s
+    source = _source(world.url)
+    batches = source.history([world.oom], start, end)
+    batch = batches[_key(world.oom, "Deployment", "leak")]
+    # Spikes every 6 h from the epoch (offset 0) lift memory from 100 Mi to 300 Mi > the 256 Mi limit: the
+    # simulator counts one event at the first grid point of each spike, a multiple of 6 h, hence of 300 s.
+    expected = [t for t in np.arange(start + 3600, end + 1, 3600) if t % (6 * 3600) == 0]
+    assert [k.timestamp_s for k in batch.oom_kills] == expected
+    assert {(k.memory_limit_bytes, k.memory_request_bytes) for k in batch.oom_kills} == {(256 * MI, 128 * MI)}
+    assert source.request_count == 1 + 3 + 4 + 2  # the chunk with OOM kills also reads limits and requests
+
+
+def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    registry = CollectorRegistry()
+    start, end = world.now_s - 2 * 3600, world.now_s
+    batch = _source(world.url, registry).history([world.bad], start, end)[_key(world.bad, "StatefulSet", "bad")]
+    steps = start + STEP_S * np.arange(1, 25, dtype=np.float64)  # 24 steps in (start, end]
+    kept = [t for k, t in enumerate(steps, start=1) if k not in BAD_WINDOWS]
+    assert batch.memory_peak_bytes.timestamps_s.tolist() == kept  # three steps missing, none zero-filled
+    assert set(batch.memory_peak_bytes.values.tolist()) == {1000.0}
+    assert len(batch.cpu_cores) == 0  # no CPU series: empty, not zeros
+    for reason in ("nan", "inf", "negative"):
+        assert registry.get_sample_value("podtailor_source_samples_dropped_total", {"reason": reason}) == 1
+    [record] = [r for r in caplog.records if r.getMessage() == "invalid samples dropped"]
+    assert (record.dropped_nan, record.dropped_inf, record.dropped_negative) == (1, 1, 1)  # type: ignore[attr-defined]
+
+
+def test_hostile_namespace_selects_only_itself(world: World) -> None:
+    registry = CollectorRegistry()
+    source = _source(world.url, registry)
+    hostile = 'a"}or{__name__=~".+'
+    # Had a value escaped its literal (or its regex), the matcher would select every series, the shop's
+    # included. Both the single-value (=) and the several-values (=~) forms are tried.
+    for namespaces in ([hostile], [hostile, ".*", "src-.*"]):
+        assert source.history(namespaces, world.now_s - 86400, world.now_s) == {}
+    # The query ran and succeeded (an error would have raised): one series listing per pass, no more.
+    assert source.request_count == 2 and _requests(registry, "series", "ok") == 2
+
+
+def test_stopped_prometheus_raises_temporary_error(world: World, prometheus: LocalPrometheus) -> None:
+    source = _source(world.url, retries=2, backoff_base_s=0.01, timeout_s=2.0)
+    prometheus.stop()
+    try:
+        with pytest.raises(TemporarySourceError):
+            source.history([world.shop], world.now_s - 3600, world.now_s)
+    finally:
+        prometheus.start()
+    assert source.request_count == 3  # one try and two retries, then the error: never an empty success
+    assert _source(world.url).history([world.solo], world.now_s - 3600, world.now_s)  # back up afterwards

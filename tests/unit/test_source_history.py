@@ -1,0 +1,190 @@
+"""Unit tests of the Prometheus source's pure parts: grid and chunks, owners, samples, batch planning."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recommender.model.types import ContainerKey, OomKill
+from recommender.sources.batching import count_containers, plan_scopes
+from recommender.sources.grid import GridRange, aligned_range, chunks
+from recommender.sources.owners import OwnerIndex, Workload
+from recommender.sources.samples import (
+    PodUsage,
+    Series,
+    build_batches,
+    drop_invalid,
+    oom_increments,
+    parse_matrix,
+    value_at,
+)
+
+T0 = 1_700_000_040.0  # a multiple of 60
+
+
+# ------------------------------------------------------------------------------------------------ grid
+def test_aligned_range_is_half_open_on_the_step_grid() -> None:
+    grid = aligned_range(T0 + 10, T0 + 200, 60)
+    # (T0+10, T0+200] holds the grid times T0+60, T0+120, T0+180.
+    assert grid == GridRange(first_s=T0 + 60, last_s=T0 + 180, step_s=60)
+    assert grid.points == 3
+    assert aligned_range(T0, T0 + 59, 60) is None  # no grid time in (T0, T0+59]
+
+
+@given(st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0, 1e6), st.sampled_from([1, 15, 60, 300, 3600]))
+def test_consecutive_passes_neither_overlap_nor_leave_gaps(a: float, b: float, c: float, step: int) -> None:
+    a, b, c = sorted((a, b, c))
+
+    def times(lo: float, hi: float) -> list[float]:
+        g = aligned_range(lo, hi, step)
+        return [] if g is None else [g.first_s + k * step for k in range(g.points)]
+
+    assert times(a, b) + times(b, c) == times(a, c)
+
+
+def test_eight_days_at_60s_needs_two_chunks() -> None:
+    # Both ends included: 8 * 86400 / 60 + 1 = 11,521 grid times; Prometheus allows 11,000 per series.
+    grid = GridRange(first_s=T0, last_s=T0 + 8 * 86400, step_s=60)
+    assert grid.points == 11_521
+    parts = chunks(grid, 11_000)
+    assert [p.points for p in parts] == [11_000, 521]
+    assert parts[0].last_s + 60 == parts[1].first_s and parts[1].last_s == grid.last_s
+    # The half-open pass over exactly 8 days has 11,520 times; the source chunks at 10,999 (one extra
+    # point for the OOM counter's baseline): still two chunks.
+    pass_grid = aligned_range(T0, T0 + 8 * 86400, 60)
+    assert pass_grid is not None and pass_grid.points == 11_520
+    assert [p.points for p in chunks(pass_grid, 10_999)] == [10_999, 521]
+
+
+@given(st.integers(1, 5000), st.integers(1, 700))
+def test_chunks_cover_the_range_once(points: int, max_points: int) -> None:
+    grid = GridRange(first_s=T0, last_s=T0 + (points - 1) * 60, step_s=60)
+    parts = chunks(grid, max_points)
+    assert all(p.points <= max_points for p in parts)
+    assert sum(p.points for p in parts) == points
+    assert all(x.last_s + 60 == y.first_s for x, y in itertools.pairwise(parts))
+
+
+# ---------------------------------------------------------------------------------------------- owners
+def _row(**labels: str) -> dict[str, str]:
+    return {"namespace": "shop", **labels}
+
+
+def test_pods_map_to_top_level_workloads() -> None:
+    index = OwnerIndex.from_rows(
+        pod_rows=[
+            _row(pod="web-aaa-1", owner_kind="ReplicaSet", owner_name="web-aaa"),
+            _row(pod="web-bbb-1", owner_kind="ReplicaSet", owner_name="web-bbb"),
+            _row(pod="db-0", owner_kind="StatefulSet", owner_name="db"),
+            _row(pod="agent-x", owner_kind="DaemonSet", owner_name="agent"),
+            _row(pod="backup-28-q", owner_kind="Job", owner_name="backup-28"),
+            _row(pod="once-q", owner_kind="Job", owner_name="once"),
+            _row(pod="bare", owner_kind="<none>", owner_name="<none>"),
+            _row(pod="kube-apiserver-n1", owner_kind="Node", owner_name="n1"),
+            _row(pod="orphan-rs-1", owner_kind="ReplicaSet", owner_name="orphan-rs"),
+        ],
+        replicaset_rows=[
+            _row(replicaset="web-aaa", owner_kind="Deployment", owner_name="web"),
+            _row(replicaset="web-bbb", owner_kind="Deployment", owner_name="web"),
+            _row(replicaset="orphan-rs", owner_kind="<none>", owner_name="<none>"),
+        ],
+        job_rows=[_row(job_name="backup-28", owner_kind="CronJob", owner_name="backup")],
+    )
+    expected = {
+        "web-aaa-1": Workload(kind="Deployment", name="web"),
+        "web-bbb-1": Workload(kind="Deployment", name="web"),  # a new ReplicaSet generation, same workload
+        "db-0": Workload(kind="StatefulSet", name="db"),
+        "agent-x": Workload(kind="DaemonSet", name="agent"),
+        "backup-28-q": Workload(kind="CronJob", name="backup"),
+        "once-q": Workload(kind="Job", name="once"),
+        "bare": Workload(kind="Pod", name="bare"),
+        "kube-apiserver-n1": Workload(kind="Pod", name="kube-apiserver-n1"),
+        "orphan-rs-1": Workload(kind="ReplicaSet", name="orphan-rs"),
+        "unknown": Workload(kind="Pod", name="unknown"),  # no kube_pod_owner series at all
+    }
+    assert {pod: index.workload("shop", pod) for pod in expected} == expected
+    assert index.workload("other", "db-0") == Workload(kind="Pod", name="db-0")  # namespaces do not mix
+
+
+# --------------------------------------------------------------------------------------------- samples
+def _series(values: list[float], pod: str = "p", start: float = T0, step: float = 60) -> Series:
+    return Series(labels={"namespace": "shop", "pod": pod, "container": "app"},
+                  timestamps_s=start + step * np.arange(len(values), dtype=np.float64),
+                  values=np.array(values, dtype=np.float64))
+
+
+def test_parse_matrix_reads_prometheus_strings_including_nan_and_inf() -> None:
+    result = [{"metric": {"namespace": "shop", "pod": "p", "container": "app"},
+               "values": [[T0, "0.5"], [T0 + 60, "NaN"], [T0 + 120, "+Inf"], [T0 + 180, "-Inf"]]}]
+    [series] = parse_matrix(result)
+    assert series.pod_key == ("shop", "p", "app")
+    assert series.values[0] == 0.5 and np.isnan(series.values[1]) and series.values[2] == np.inf
+    with pytest.raises(ValueError):
+        parse_matrix([{"metric": {}, "values": [["x", "1"]]}])
+
+
+def test_drop_invalid_counts_by_reason_and_never_fills_zeros() -> None:
+    dropped: Counter[str] = Counter()
+    clean = drop_invalid(_series([0.5, float("nan"), float("inf"), -1.0, float("-inf"), 0.0, 2.0]), dropped)
+    assert clean.values.tolist() == [0.5, 0.0, 2.0]
+    assert clean.timestamps_s.tolist() == [T0, T0 + 300, T0 + 360]
+    assert dropped == Counter({"nan": 1, "inf": 2, "negative": 1})
+
+
+def test_oom_increments() -> None:
+    # Baseline 3 at T0 (before the range); +1 at T0+120; reset to 1 at T0+240 (new counter: 1 event).
+    counter = _series([3, 3, 4, 4, 1, 1])
+    assert oom_increments(counter, baseline_s=T0) == [(T0 + 120, 1), (T0 + 240, 1)]
+    # A series that first appears inside the range starts from 0: its first value counts.
+    assert oom_increments(_series([2, 2], start=T0 + 120), baseline_s=T0) == [(T0 + 120, 2)]
+
+
+def test_value_at_takes_the_last_value_at_or_before() -> None:
+    s = _series([10, 20, 30])
+    assert value_at(s, T0 + 90) == 20 and value_at(s, T0 - 1) is None and value_at(None, T0) is None
+
+
+def test_build_batches_pools_pods_per_workload_and_skips_empty_keys() -> None:
+    owners = OwnerIndex(pods={("shop", "web-a-1"): Workload(kind="ReplicaSet", name="web-a"),
+                              ("shop", "web-b-1"): Workload(kind="ReplicaSet", name="web-b")},
+                        replicasets={("shop", "web-a"): Workload(kind="Deployment", name="web"),
+                                     ("shop", "web-b"): Workload(kind="Deployment", name="web")})
+    kill = OomKill(timestamp_s=T0 + 60, memory_limit_bytes=100)
+    usage = {
+        ("shop", "web-a-1", "app"): PodUsage(cpu=[_series([0.1, 0.2])], memory=[_series([5, 6])]),
+        ("shop", "web-b-1", "app"): PodUsage(cpu=[_series([0.3], start=T0 + 30)], ooms=[kill]),
+        ("shop", "idle-1", "app"): PodUsage(),
+    }
+    batches = build_batches(usage, owners, cpu_interval_s=60, memory_interval_s=60)
+    key = ContainerKey(namespace="shop", workload_kind="Deployment", workload_name="web", container="app")
+    assert list(batches) == [key]  # the pod without samples yields no batch, not a zero batch
+    batch = batches[key]
+    assert batch.cpu_cores.timestamps_s.tolist() == [T0, T0 + 30, T0 + 60]  # both pods, time-ordered
+    assert batch.cpu_cores.values.tolist() == [0.1, 0.3, 0.2]
+    assert batch.memory_peak_bytes.values.tolist() == [5, 6]
+    assert batch.oom_kills == (kill,)
+    assert len(batch.cpu_throttled_fraction) == 0
+
+
+# -------------------------------------------------------------------------------------------- planning
+def test_plan_scopes_packs_namespaces_and_pages_big_ones() -> None:
+    counts = count_containers([
+        {"namespace": "a", "pod": "a1", "container": "c", "id": "1"},
+        {"namespace": "a", "pod": "a1", "container": "c", "id": "2"},  # same container, another series
+        {"namespace": "b", "pod": "b1", "container": "c"},
+        {"namespace": "b", "pod": "b1", "container": "d"},
+        *({"namespace": "big", "pod": f"p{i}", "container": "c"} for i in range(5)),
+    ])
+    assert counts == {"a": {"a1": 1}, "b": {"b1": 2}, "big": {f"p{i}": 1 for i in range(5)}}
+    scopes = plan_scopes(counts, max_series=3)
+    assert [(s.namespaces, s.pods) for s in scopes] == [
+        (("big",), ("p0", "p1", "p2")),  # 5 > 3: paged by whole pods
+        (("big",), ("p3", "p4")),
+        (("a", "b"), ()),  # 1 + 2 containers fit in one query
+    ]
+    assert len(plan_scopes(counts, max_series=100)) == 1

@@ -1,0 +1,173 @@
+"""Unit tests for recommender.sources.transport against a scripted HTTP server on 127.0.0.1.
+
+A real socket instead of a patched ``requests``: the tests see the bytes on the wire (POST body, headers,
+path prefix) and the real exceptions of a refused connection.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry
+
+from recommender.sources.config import PrometheusConfig
+from recommender.sources.errors import PermanentSourceError, TemporarySourceError
+from recommender.sources.transport import SourceMetrics, Transport
+
+Reply = tuple[int, object, dict[str, str]]
+OK: Reply = (200, {"status": "success", "data": {"resultType": "vector", "result": []}}, {})
+
+
+@dataclass
+class Script:
+    responses: list[Reply] = field(default_factory=list)
+    seen: list[dict[str, object]] = field(default_factory=list)
+
+
+def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = self.rfile.read(length).decode()
+            script.seen.append({"path": urlsplit(self.path).path, "query": urlsplit(self.path).query,
+                                "form": parse_qs(body), "headers": dict(self.headers)})
+            status, payload, headers = script.responses.pop(0) if script.responses else OK
+            raw = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Script]]:
+    script = Script()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", script
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _transport(url: str, **options: object) -> tuple[Transport, CollectorRegistry, list[float]]:
+    registry = CollectorRegistry()
+    sleeps: list[float] = []
+    config = PrometheusConfig(url=url, **{"retries": 2, "backoff_base_s": 0.5, **options})  # type: ignore[arg-type]
+    return Transport(config, SourceMetrics(registry), sleep=sleeps.append), registry, sleeps
+
+
+def _count(registry: CollectorRegistry, endpoint: str, outcome: str) -> float | None:
+    return registry.get_sample_value("podtailor_source_requests_total", {"endpoint": endpoint, "outcome": outcome})
+
+
+def test_posts_a_form_body_with_prefix_headers_and_a_fresh_token(server: tuple[str, Script], tmp_path: Path) -> None:
+    url, script = server
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    transport, _, _ = _transport(url + "/prometheus/", bearer_token_file=token, extra_headers={"X-Scope-OrgID": "t1"})
+    long_query = "up{" + ",".join(f'l{i}="{"x" * 50}"' for i in range(300)) + "}"  # ~20 kB: would be a 414 in a URL
+    transport.post("query", [("query", long_query), ("time", "1.5")])
+    token.write_text("second\n")  # rotation: the next request reads the file again
+    transport.post("query", [("query", "up"), ("time", "2")])
+    first, second = script.seen
+    assert first["path"] == "/prometheus/api/v1/query" and first["query"] == ""
+    assert first["form"] == {"query": [long_query], "time": ["1.5"]}
+    headers = first["headers"]
+    assert isinstance(headers, dict) and headers["Authorization"] == "Bearer first"
+    assert headers["X-Scope-OrgID"] == "t1"
+    assert headers["Content-Type"] == "application/x-www-form-urlencoded"
+    second_headers = second["headers"]
+    assert isinstance(second_headers, dict) and second_headers["Authorization"] == "Bearer second"
+    assert transport.request_count == 2
+
+
+def test_temporary_failures_are_retried_with_exponential_backoff(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.responses = [(503, {"status": "error", "errorType": "unavailable", "error": "busy"}, {}),
+                        (502, "bad gateway", {}), OK]
+    transport, registry, sleeps = _transport(url)
+    assert transport.post("query", [("query", "up")]) == {"resultType": "vector", "result": []}
+    assert sleeps == [0.5, 1.0]  # 0.5 * 2**0, 0.5 * 2**1
+    assert _count(registry, "query", "temporary_error") == 2 and _count(registry, "query", "ok") == 1
+    assert transport.request_count == 3
+
+
+def test_retries_spent_raise_temporary_and_honour_retry_after(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.responses = [(429, "slow down", {"Retry-After": "4"})] * 3
+    transport, _, sleeps = _transport(url, backoff_max_s=3.0)
+    with pytest.raises(TemporarySourceError) as caught:
+        transport.post("query_range", [("query", "up")])
+    assert caught.value.status == 429 and isinstance(caught.value.__cause__, requests.HTTPError)
+    assert sleeps == [3.0, 3.0]  # Retry-After 4 s, capped at backoff_max_s
+
+
+def test_client_errors_are_permanent_and_not_retried(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.responses = [(400, {"status": "error", "errorType": "bad_data", "error": "parse error"}, {})]
+    transport, registry, sleeps = _transport(url)
+    with pytest.raises(PermanentSourceError, match="bad_data: parse error") as caught:
+        transport.post("query", [("query", "up{")])
+    assert caught.value.status == 400 and sleeps == []
+    assert _count(registry, "query", "permanent_error") == 1
+
+
+def test_non_prometheus_answers_are_permanent(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.responses = [(200, "<html>login</html>", {})]
+    transport, _, _ = _transport(url)
+    with pytest.raises(PermanentSourceError, match="not JSON"):
+        transport.post("query", [("query", "up")])
+
+
+def test_warnings_are_surfaced_in_a_metric(server: tuple[str, Script], caplog: pytest.LogCaptureFixture) -> None:
+    url, script = server
+    script.responses = [(200, {"status": "success", "warnings": ["store eu-2 unreachable"],
+                               "data": {"resultType": "vector", "result": []}}, {})]
+    transport, registry, _ = _transport(url)
+    assert transport.post("query", [("query", "up")]) == {"resultType": "vector", "result": []}
+    assert registry.get_sample_value("podtailor_source_warnings_total", {"endpoint": "query"}) == 1
+    assert any(r.getMessage() == "prometheus returned warnings, data may be partial" for r in caplog.records)
+
+
+def test_connection_refused_is_temporary() -> None:
+    with socket.socket() as s:  # a port nobody listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    transport, registry, sleeps = _transport(f"http://127.0.0.1:{port}")
+    with pytest.raises(TemporarySourceError) as caught:
+        transport.post("query", [("query", "up")])
+    assert isinstance(caught.value.__cause__, requests.ConnectionError)
+    assert len(sleeps) == 2 and _count(registry, "query", "temporary_error") == 3
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        PrometheusConfig(url="http://x", bearer_token_file=Path("t"), basic_auth_username="u", basic_auth_password="p")
+    with pytest.raises(ValueError):
+        PrometheusConfig(url="http://x", cluster_label="bad-label", cluster_value="v")
+    with pytest.raises(ValueError):
+        PrometheusConfig(url="http://x", max_points_per_series=11_001)
+    assert "secret" not in repr(PrometheusConfig(url="http://x", basic_auth_username="u", basic_auth_password="secret"))
+    # The CPU rate window: at least 4 scrapes and at least one step.
+    assert PrometheusConfig(url="http://x", step_s=60, scrape_interval_s=30).cpu_rate_window_s == 120
+    assert PrometheusConfig(url="http://x", step_s=300, scrape_interval_s=15).cpu_rate_window_s == 300
