@@ -1,45 +1,193 @@
-"""Command line of the recommender (``podtailor-recommender``).
+"""Command line of the recommender (``podtailor-recommender``): ``once`` and ``run``.
 
-Owns argument parsing and exit codes; the work itself lives in the subpackages. Exit codes: 0 success,
-1 the command ran and failed, 2 bad usage or bad input (nothing changed).
+Owns wiring (client, source, strategy, engine, metrics, HTTP endpoints, leader election, scheduler) and
+exit codes: 0 success, 1 the command ran and failed (API server or Prometheus trouble, lost leadership),
+2 bad usage or input (nothing was contacted or changed).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import socket
 import sys
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from recommender import __version__
+from recommender.cli import (
+    UsageError,
+    add_engine_flags,
+    add_kube_flags,
+    add_prometheus_flags,
+    duration_s,
+    engine_config,
+    kube_client,
+    prometheus_config,
+)
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
 
-podtailor's recommender reads percentiles of usage history from Prometheus (or Thanos, Mimir,
-VictoriaMetrics) with a few batched queries, and turns them into per-container targets with lower
-and upper bounds. It writes them into VerticalPodAutoscaler status for the updater
-(podtailor-updater) to apply in place.
+podtailor's recommender reads usage history from Prometheus (or Thanos, Mimir, VictoriaMetrics) with
+a few batched queries per pass, whatever the number of workloads, folds it into per-container state
+and writes targets with lower and upper bounds into the status of the VerticalPodAutoscaler objects
+that name it in spec.recommenders (or all of them, with --serve-all-vpas). podtailor-updater applies
+them in place. State is checkpointed in the API server, so a restart does not re-read history.
 
-This release has the command line skeleton only: the commands (once, run, report, backtest)
-arrive with the recommender engine.
+commands:
+  once   one pass: read new history, write VPA status, print the recommendations
+  run    continuous: a pass every --interval, leader election, /metrics, /healthz, /readyz
 """
+log = logging.getLogger("podtailor.recommender")
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="podtailor-recommender",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Exit codes: 0 success, 1 the command failed, 2 bad usage or input (nothing was changed).",
-    )
+    parser = argparse.ArgumentParser(prog="podtailor-recommender", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Exit codes: 0 success, 1 the command failed, 2 bad usage or input "
+                                            "(nothing was changed).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    once = sub.add_parser("once", help="run a single pass and print the recommendations",
+                          description="Run one recommender pass: read new usage history, write VPA status, "
+                                      "print what was recommended.")
+    run = sub.add_parser("run", help="run continuously (in-cluster mode)",
+                         description="Run a pass every --interval with leader election, /metrics, /healthz and "
+                                     "/readyz, until SIGTERM.")
+    for p in (once, run):
+        add_kube_flags(p)
+        add_prometheus_flags(p)
+        add_engine_flags(p)
+        p.add_argument("--log-format", choices=["text", "json"], default="text", help="log format (default: text)")
+        p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    once.add_argument("-o", "--output", choices=["table", "json"], default="table", help="what to print")
+    g = run.add_argument_group("Continuous mode")
+    g.add_argument("--interval", type=duration_s, default=60.0, metavar="DURATION", help="pass interval (default: 1m)")
+    g.add_argument("--listen", default="0.0.0.0:8942", metavar="HOST:PORT",
+                   help="address of /metrics, /healthz and /readyz (default: %(default)s)")
+    g.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                   help="use a Lease so only one replica works (default: on)")
+    g.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "podtailor-system"))
+    g.add_argument("--leader-election-id", default="podtailor-recommender")
     return parser
+
+
+def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
+    from recommender.engine import RecommenderEngine
+    from recommender.kube.cluster import KubeAdapter
+    from recommender.metrics import RecommenderMetrics
+    from recommender.model.registry import get_strategy
+    from recommender.sources.prometheus import PrometheusSource
+
+    prom = prometheus_config(args)
+    engine_cfg = engine_config(args)
+    api = kube_client(args)
+    source = PrometheusSource(prom, registry=registry)
+    return RecommenderEngine(store=KubeAdapter(api), source=source, strategy=get_strategy(args.strategy),
+                             config=engine_cfg, metrics=RecommenderMetrics(registry)), api
+
+
+def cmd_once(args: argparse.Namespace) -> int:
+    from recommender.kube.errors import KubeError
+    from recommender.report_once import print_pass
+
+    registry = CollectorRegistry()
+    engine, _ = build_engine(args, registry)
+    try:
+        report = engine.run_pass(time.time())
+        engine.checkpoint_all(time.time())
+    except KubeError as err:
+        log.error("pass failed", extra={"error": str(err)})
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print_pass(report, args.output)
+    return 1 if report.stale else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from recommender.leader import start_election
+    from recommender.serve import Health, make_server
+
+    registry = CollectorRegistry()
+    engine, api = build_engine(args, registry)
+    host, _, port = args.listen.rpartition(":")
+    health = Health(stale_after_s=3 * args.interval + 60)
+    server = make_server(host or "0.0.0.0", int(port), registry, health)
+    stop, exit_code = threading.Event(), [0]
+    scheduler = BackgroundScheduler()
+
+    def one_pass() -> None:
+        try:
+            report = engine.run_pass(time.time())
+            engine.metrics.passes.labels("stale" if report.stale else "ok").inc()
+            with health.lock:
+                health.last_success_monotonic = time.monotonic()
+            engine.metrics.last_success.set_to_current_time()
+        except Exception as err:  # the one broad catch: a failed pass is retried at the next interval
+            engine.metrics.passes.labels("failed").inc()
+            log.error("pass failed; retrying at the next interval", extra={"error": str(err)})
+
+    def start_work() -> None:
+        with health.lock:
+            health.leading = True
+        scheduler.add_job(one_pass, "interval", seconds=args.interval, next_run_time=None, max_instances=1,
+                          coalesce=True, id="pass")
+        scheduler.start()
+        scheduler.modify_job("pass", next_run_time=__import__("datetime").datetime.now())
+
+    def lost() -> None:
+        log.error("leadership lost; exiting so the pod restarts as a candidate")
+        exit_code[0] = 1
+        stop.set()
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if args.leader_elect:
+        identity = f"{socket.gethostname()}-{os.getpid()}"
+        start_election(api, name=args.leader_election_id, namespace=args.leader_election_namespace,
+                       identity=identity, on_started=start_work, on_stopped=lost)
+    else:
+        start_work()
+    log.info("recommender running", extra={"listen": args.listen, "interval_s": args.interval})
+    stop.wait()
+    if scheduler.running:
+        scheduler.shutdown(wait=True)
+        engine.checkpoint_all(time.time())
+    server.shutdown()
+    return exit_code[0]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help(sys.stderr)
-    return 2
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    setup_logging(args.log_format, args.log_level)
+    try:
+        return cmd_once(args) if args.command == "once" else cmd_run(args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

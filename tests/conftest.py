@@ -115,3 +115,28 @@ def make_sim(api: client.ApiClient, namespace: str) -> Iterator[SimFactory]:
     finally:
         for sim in sims:
             sim.stop(delete_nodes=True)
+
+
+@pytest.fixture(scope="session")
+def crds(api: client.ApiClient) -> list[str]:
+    """Install every CRD in manifests/crds/ (as a platform team would) and wait until each is Established."""
+    import yaml
+
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "manifests" / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(body)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+        names.append(body["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    for name in names:
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in ext.read_custom_resource_definition(name).status.conditions or []):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not established")
+            time.sleep(0.1)
+    return names

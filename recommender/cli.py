@@ -1,0 +1,133 @@
+"""Command-line parsing and configuration of ``podtailor-recommender``: flags in, frozen configs out.
+
+Owns every flag, its default and its help text, the parsing of durations ("90s", "5m", "8d") and the
+construction of the Kubernetes client, the Prometheus config and the strategy. Bad input is reported as
+``UsageError`` (exit code 2) before anything is contacted or changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from recommender.engine import EngineConfig
+from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
+from recommender.sources.config import PrometheusConfig
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class UsageError(Exception):
+    """Bad command-line input; nothing was contacted or changed."""
+
+
+def duration_s(text: str) -> float:
+    m = _DURATION.match(text.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use a number with s, m, h or d (e.g. 90s, 8d)")
+    value = float(m[1]) * _UNITS[m[2]]
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"duration {text!r} must be positive")
+    return value
+
+
+def add_kube_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Kubernetes")
+    g.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
+                   "or the in-cluster service account)")
+    g.add_argument("--context", help="kubeconfig context to use (default: the current context)")
+
+
+def add_prometheus_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Prometheus (or Thanos, Mimir, VictoriaMetrics)")
+    g.add_argument("--prometheus-url", required=True, help="base URL with any path prefix, e.g. "
+                   "http://prometheus.monitoring:9090 or https://mimir.example/prometheus")
+    g.add_argument("--prometheus-bearer-token-file", type=Path, help="file with a bearer token (re-read per request)")
+    g.add_argument("--prometheus-username", help="basic-auth user (password from --prometheus-password-file)")
+    g.add_argument("--prometheus-password-file", type=Path, help="file holding the basic-auth password")
+    g.add_argument("--prometheus-ca-file", type=Path, help="CA bundle to verify the server")
+    g.add_argument("--prometheus-client-cert", type=Path, help="client certificate for mutual TLS")
+    g.add_argument("--prometheus-client-key", type=Path, help="client key for mutual TLS")
+    g.add_argument("--prometheus-insecure-skip-verify", action="store_true", help="do not verify TLS (tests only)")
+    g.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra header on every request, e.g. X-Scope-OrgID=team-a (repeatable)")
+    g.add_argument("--cluster-label", help="label naming the cluster in a shared backend (e.g. cluster)")
+    g.add_argument("--cluster-value", help="this cluster's value of --cluster-label")
+    g.add_argument("--prometheus-timeout", type=duration_s, default=120.0, metavar="DURATION",
+                   help="per-query timeout (default: 120s)")
+    g.add_argument("--step", type=duration_s, default=60.0, metavar="DURATION",
+                   help="history resolution: one CPU and one memory-peak sample per step (default: 60s)")
+    g.add_argument("--scrape-interval", type=duration_s, default=30.0, metavar="DURATION",
+                   help="cAdvisor scrape interval; the CPU rate window is max(4 x this, step) (default: 30s)")
+
+
+def add_engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Recommendations")
+    g.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                   help="recommendation strategy (default: %(default)s; vpa and krr-simple reproduce those tools)")
+    g.add_argument("--recommender-name", default="podtailor",
+                   help="serve VPAs whose spec.recommenders names this (default: %(default)s)")
+    g.add_argument("--serve-all-vpas", action="store_true",
+                   help="also serve VPAs that name no recommender (instead of the VPA recommender)")
+    g.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable)")
+    g.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
+                   help="history read for a VPA seen for the first time without a checkpoint (default: 8d)")
+    g.add_argument("--checkpoint-every", type=duration_s, default=600.0, metavar="DURATION",
+                   help="how often state is checkpointed in the API server (default: 10m)")
+
+
+def kube_client(args: argparse.Namespace) -> client.ApiClient:
+    try:
+        if args.kubeconfig is None and args.context is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return client.ApiClient()
+        path = str(args.kubeconfig) if args.kubeconfig else None
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=path, context=args.context)
+        return api
+    except (config.ConfigException, OSError) as err:
+        raise UsageError(f"cannot load Kubernetes credentials: {err}") from None
+
+
+def _headers(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
+            raise UsageError(f"bad --prometheus-header {item.split('=')[0][:64]!r}: use NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
+    password = None
+    if args.prometheus_password_file:
+        try:
+            password = args.prometheus_password_file.read_text().strip()
+        except OSError as err:
+            raise UsageError(f"cannot read --prometheus-password-file: {err}") from None
+    kwargs: dict[str, Any] = dict(
+        url=args.prometheus_url, bearer_token_file=args.prometheus_bearer_token_file,
+        basic_auth_username=args.prometheus_username, basic_auth_password=password,
+        ca_file=args.prometheus_ca_file, client_cert_file=args.prometheus_client_cert,
+        client_key_file=args.prometheus_client_key, insecure_skip_verify=args.prometheus_insecure_skip_verify,
+        extra_headers=_headers(args.prometheus_header), cluster_label=args.cluster_label,
+        cluster_value=args.cluster_value, timeout_s=args.prometheus_timeout, step_s=int(args.step),
+        scrape_interval_s=args.scrape_interval)
+    try:
+        return PrometheusConfig(**kwargs)
+    except ValueError as err:
+        raise UsageError(f"bad Prometheus settings: {err}") from None
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(recommender_name=args.recommender_name, serve_all=args.serve_all_vpas,
+                        history_s=args.history, checkpoint_every_s=args.checkpoint_every,
+                        namespaces=tuple(args.namespace))

@@ -1,0 +1,242 @@
+"""One recommender pass: VPAs in, usage history folded into strategy state, VPA status out.
+
+Owns the pass and its failure rules, over narrow ports (a ``UsageSource``, a ``VpaStore``). Per pass it
+lists the VPAs this recommender serves, resolves each target workload, restores state from a checkpoint
+the first time (or loads the whole history window from the source), reads only new samples afterwards,
+grouped so the number of source requests does not grow with the number of VPAs, recommends per container
+and writes ``status`` when something changed. If the source fails, nothing is recomputed: the last good
+recommendation stays and a ``Stale`` condition says why. A container without history gets no target (never
+a zero or a floor). Checkpoints are written every ``checkpoint_every_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from recommender.kube.cluster import Workload
+from recommender.kube.vpa_objects import TargetRef, VpaConfigError, VpaSpec, parse_vpa
+from recommender.metrics import RecommenderMetrics
+from recommender.model.types import ContainerKey, ContainerState, Recommendation, Strategy, UsageBatch
+from recommender.status import build_status, stale_status, unsupported_status
+
+log = logging.getLogger("podtailor.recommender")
+CHECKPOINT_VERSION = "1"
+
+
+class UsageSource(Protocol):
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+        ...
+
+
+class VpaStore(Protocol):
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]: ...
+
+    def workload(self, namespace: str, ref: TargetRef) -> Workload | None: ...
+
+    def update_vpa_status(self, vpa: VpaSpec, build: Any, attempts: int = 4) -> bool: ...
+
+    def load_checkpoint(self, vpa: VpaSpec) -> dict[str, Any] | None: ...
+
+    def save_checkpoint(self, vpa: VpaSpec, spec: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    recommender_name: str = "podtailor"
+    """VPAs whose ``spec.recommenders`` names this are served."""
+    serve_all: bool = False
+    """Also serve VPAs that name no recommender (those the VPA default recommender would serve)."""
+    history_s: float = 8 * 86400.0
+    """History read on first sight of a VPA without a checkpoint (VPA's default: 8 days)."""
+    checkpoint_every_s: float = 600.0
+    """How often each VPA's state is checkpointed (VPA: every loop; we write less, the state changes slowly)."""
+    namespaces: tuple[str, ...] = ()
+    """Only these namespaces (empty: all)."""
+    read_lag_s: float = 120.0
+    """Read history only up to now minus this: the newest step may still lack its last scrapes, and a step
+    once read is not read again (two 60 s scrape intervals by default)."""
+
+
+@dataclass
+class Served:
+    """What the engine remembers about one VPA between passes."""
+
+    spec: VpaSpec
+    workload: Workload
+    states: dict[str, ContainerState] = field(default_factory=dict)
+    history_until_s: float | None = None
+    last_checkpoint_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassReport:
+    served: int
+    written: int
+    stale: int
+    unsupported: int
+    source_requests: int = 0
+    recommendations: Mapping[tuple[str, str, str], Recommendation] = field(default_factory=dict)
+    """(namespace, vpa, container) -> recommendation computed this pass."""
+
+
+class RecommenderEngine:
+    def __init__(self, *, store: VpaStore, source: UsageSource, strategy: Strategy, config: EngineConfig,
+                 metrics: RecommenderMetrics) -> None:
+        self.store, self.source, self.strategy, self.config, self.metrics = store, source, strategy, config, metrics
+        self.served: dict[str, Served] = {}
+
+    # -- discovery ---------------------------------------------------------------------------------------
+    def _serves(self, spec: VpaSpec) -> bool:
+        return spec.recommender == self.config.recommender_name or (self.config.serve_all and spec.recommender
+                                                                     in (None, "default"))
+
+    def _discover(self, now_s: float) -> tuple[list[Served], int]:
+        current: dict[str, Served] = {}
+        unsupported = 0
+        for raw in self.store.list_vpas(self.config.namespaces):
+            names = [r.get("name") for r in (raw.get("spec") or {}).get("recommenders") or []]
+            if not (self.config.recommender_name in names or (self.config.serve_all and names in ([], ["default"]))):
+                continue
+            try:
+                spec = parse_vpa(raw)
+            except VpaConfigError as err:
+                unsupported += self._unsupported_raw(raw, str(err))
+                continue
+            if not self._serves(spec):
+                continue
+            entry = self._track(spec, now_s)
+            if entry is None:
+                unsupported += self._mark_unsupported(spec, f"{spec.target.kind} {spec.target.name} not found")
+                continue
+            current[spec.uid] = entry
+        self.served = current
+        return list(current.values()), unsupported
+
+    def _track(self, spec: VpaSpec, now_s: float) -> Served | None:
+        workload = self.store.workload(spec.namespace, spec.target)
+        if workload is None:
+            return None
+        known = self.served.get(spec.uid)
+        if known is not None:
+            known.spec, known.workload = spec, workload
+            return known
+        entry = Served(spec=spec, workload=workload, last_checkpoint_s=now_s)
+        self._restore(entry)
+        return entry
+
+    def _restore(self, entry: Served) -> None:
+        obj = self.store.load_checkpoint(entry.spec)
+        if obj is None:
+            return
+        spec = obj.get("spec") or {}
+        if spec.get("strategy") != self.strategy.name or spec.get("version") != CHECKPOINT_VERSION:
+            log.info("checkpoint ignored", extra={"vpa": entry.spec.name, "reason": "strategy or version changed"})
+            return
+        try:
+            states = {c["name"]: self.strategy.restore(c["state"]) for c in spec.get("containers") or []}
+            until = float(spec["historyUntilSeconds"]) if "historyUntilSeconds" in spec else None
+        except (KeyError, TypeError, ValueError) as err:
+            log.warning("checkpoint unreadable; reloading history", extra={"vpa": entry.spec.name, "error": str(err)})
+            return
+        entry.states, entry.history_until_s = states, until
+        self.metrics.checkpoints_restored.inc()
+
+    def _unsupported_raw(self, raw: Mapping[str, Any], message: str) -> int:
+        meta = raw.get("metadata") or {}
+        spec = VpaSpec(namespace=str(meta.get("namespace")), name=str(meta.get("name")), uid=str(meta.get("uid")),
+                       generation=int(meta.get("generation", 0)), target=TargetRef(kind="", name=""),
+                       recommender=self.config.recommender_name, update_mode="Off", policies={})
+        return self._mark_unsupported(spec, message)
+
+    def _mark_unsupported(self, spec: VpaSpec, message: str) -> int:
+        log.warning("VPA not served", extra={"namespace": spec.namespace, "vpa": spec.name, "reason": message})
+        self.store.update_vpa_status(spec, lambda status: unsupported_status(status, spec.generation, message))
+        return 1
+
+    # -- the pass ----------------------------------------------------------------------------------------
+    def run_pass(self, now_s: float) -> PassReport:
+        with self.metrics.pass_seconds.time():
+            entries, unsupported = self._discover(now_s)
+            end_s = now_s - self.config.read_lag_s
+            groups: dict[float, list[Served]] = {}
+            for e in entries:
+                start = e.history_until_s if e.history_until_s is not None else end_s - self.config.history_s
+                groups.setdefault(start, []).append(e)
+            written = stale = 0
+            recs: dict[tuple[str, str, str], Recommendation] = {}
+            for start, members in sorted(groups.items()):
+                w, s = self._run_group(start, end_s, now_s, members, recs)
+                written, stale = written + w, stale + s
+        self.metrics.vpas_served.set(len(entries))
+        return PassReport(served=len(entries), written=written, stale=stale, unsupported=unsupported,
+                          recommendations=recs)
+
+    def _run_group(self, start_s: float, end_s: float, now_s: float, members: list[Served],
+                   recs: dict[tuple[str, str, str], Recommendation]) -> tuple[int, int]:
+        namespaces = sorted({m.spec.namespace for m in members})
+        try:
+            batches = self.source.history(namespaces, start_s, end_s)
+        except Exception as err:  # the source's own error tree; any failure means "no new data"
+            self.metrics.source_failures.inc()
+            log.warning("usage source failed; keeping the last recommendations",
+                        extra={"namespaces": len(namespaces), "error": str(err)})
+            message = f"usage history unavailable: {err}"
+            for m in members:
+                self.store.update_vpa_status(m.spec, lambda status, m=m: stale_status(
+                    status, m.spec.generation, message))
+            return 0, len(members)
+        written = 0
+        for m in members:
+            written += self._serve(m, batches, end_s, now_s, recs)
+        return written, 0
+
+    def _serve(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch], end_s: float, now_s: float,
+               recs: dict[tuple[str, str, str], Recommendation]) -> int:
+        spec, workload = entry.spec, entry.workload
+        out: dict[str, Recommendation] = {}
+        for c in workload.containers:
+            key = ContainerKey(namespace=spec.namespace, workload_kind=workload.kind, workload_name=workload.name,
+                               container=c.name)
+            state = entry.states.get(c.name)
+            if state is None:
+                state = entry.states[c.name] = self.strategy.new_state()
+            batch = batches.get(key)
+            if batch is not None:
+                state.add(batch)
+            policy = spec.policy_for(c.name, len(workload.containers))
+            if policy.mode_off:
+                continue
+            rec = self.strategy.recommend(state, now_s=now_s, policy=policy, current=c.current)
+            if rec.target.cpu_millicores is not None or rec.target.memory_bytes is not None:
+                out[c.name] = rec
+                recs[(spec.namespace, spec.name, c.name)] = rec
+        entry.history_until_s = end_s
+        wrote = self.store.update_vpa_status(spec, lambda status: build_status(
+            status, spec.generation, out, [c.name for c in workload.containers]))
+        if wrote:
+            self.metrics.status_writes.inc()
+        self._maybe_checkpoint(entry, now_s)
+        return int(wrote)
+
+    def _maybe_checkpoint(self, entry: Served, now_s: float, force: bool = False) -> None:
+        if not force and now_s - entry.last_checkpoint_s < self.config.checkpoint_every_s:
+            return
+        from datetime import UTC, datetime
+
+        until = entry.history_until_s or now_s
+        self.store.save_checkpoint(entry.spec, {
+            "strategy": self.strategy.name, "version": CHECKPOINT_VERSION,
+            "historyUntil": datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "historyUntilSeconds": until,
+            "containers": [{"name": n, "state": s.to_checkpoint()} for n, s in sorted(entry.states.items())],
+        })
+        entry.last_checkpoint_s = now_s
+        self.metrics.checkpoints_written.inc()
+
+    def checkpoint_all(self, now_s: float) -> None:
+        """Write every VPA's checkpoint now (on shutdown)."""
+        for entry in self.served.values():
+            self._maybe_checkpoint(entry, now_s, force=True)

@@ -1,0 +1,184 @@
+"""The recommender's port to the API server: VPAs, their target workloads, status writes, checkpoints.
+
+Owns every call the recommender makes to Kubernetes. ``KubeAdapter`` lists VPA objects, resolves a VPA's
+``targetRef`` (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) to the containers of its pod
+template with their current requests and limits, writes ``status`` through the status subresource with
+the object's resourceVersion (re-reading and rebuilding on 409), and stores one ``RecommenderCheckpoint``
+per VPA, owned by it. Failures become ``KubeError``s (``errors.py``); a missing object is ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from recommender.kube.errors import KubeError, TemporaryKubeError, classify, is_not_found
+from recommender.kube.vpa_objects import GROUP, PLURAL, VERSION, TargetRef, VpaSpec
+from recommender.model.types import CurrentResources, Resources
+from recommender.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
+
+CHECKPOINT_GROUP, CHECKPOINT_VERSION, CHECKPOINT_PLURAL = "podtailor.io", "v1alpha1", "recommendercheckpoints"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerTemplate:
+    name: str
+    current: CurrentResources
+    sidecar: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    namespace: str
+    kind: str
+    name: str
+    containers: tuple[ContainerTemplate, ...]
+
+
+def _resources(raw: Mapping[str, Any] | None) -> Resources:
+    raw = raw or {}
+    try:
+        return Resources(cpu_millicores=parse_cpu_millicores(raw["cpu"]) if "cpu" in raw else None,
+                         memory_bytes=parse_memory_bytes(raw["memory"]) if "memory" in raw else None)
+    except QuantityError:
+        return Resources()  # the API server validated these; unreadable means unsupported, not zero
+
+
+def containers_of(pod_spec: Mapping[str, Any]) -> tuple[ContainerTemplate, ...]:
+    """Regular containers and native sidecars (restartable init containers) of a pod spec."""
+    out = []
+    sidecars = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for c, sidecar in [(c, True) for c in sidecars] + [(c, False) for c in pod_spec.get("containers") or []]:
+        res = c.get("resources") or {}
+        out.append(ContainerTemplate(name=c["name"], sidecar=sidecar, current=CurrentResources(
+            requests=_resources(res.get("requests")), limits=_resources(res.get("limits")))))
+    return tuple(out)
+
+
+def _pod_spec(kind: str, obj: Obj) -> Obj:
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    return ((spec.get("template") or {}).get("spec")) or {}
+
+
+class KubeAdapter:
+    """Everything the recommender reads from and writes to the API server."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.api_client = api_client
+        self.readers: dict[str, Callable[[str, str], Any]] = {
+            "Deployment": client.AppsV1Api(api_client).read_namespaced_deployment,
+            "StatefulSet": client.AppsV1Api(api_client).read_namespaced_stateful_set,
+            "DaemonSet": client.AppsV1Api(api_client).read_namespaced_daemon_set,
+            "ReplicaSet": client.AppsV1Api(api_client).read_namespaced_replica_set,
+            "Job": client.BatchV1Api(api_client).read_namespaced_job,
+            "CronJob": client.BatchV1Api(api_client).read_namespaced_cron_job,
+        }
+
+    def _call(self, action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            if is_not_found(err):
+                raise
+            raise classify(err, action) from err
+
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[Obj]:
+        if not namespaces:
+            body = self._call("list VPAs", self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+            return list(body["items"])
+        items: list[Obj] = []
+        for ns in namespaces:
+            body = self._call(f"list VPAs in {ns}", self.custom.list_namespaced_custom_object, GROUP, VERSION, ns,
+                              PLURAL)
+            items.extend(body["items"])
+        return items
+
+    def workload(self, namespace: str, ref: TargetRef) -> Workload | None:
+        reader = self.readers.get(ref.kind)
+        if reader is None:
+            return None
+        try:
+            resp = self._call(f"read {ref.kind} {namespace}/{ref.name}", reader, ref.name, namespace,
+                              _preload_content=False)
+        except client.ApiException as err:
+            if is_not_found(err):
+                return None
+            raise
+        import json
+
+        obj = json.loads(resp.data)
+        return Workload(namespace=namespace, kind=ref.kind, name=ref.name, containers=containers_of(
+            _pod_spec(ref.kind, obj)))
+
+    def update_vpa_status(self, vpa: VpaSpec, build: Callable[[Obj], Obj | None], attempts: int = 4) -> bool:
+        """Read the VPA, let ``build(current_status)`` return the new status (None: no change), write it with
+        the read resourceVersion; on 409 read again and rebuild. Returns whether anything was written."""
+        for _ in range(attempts):
+            try:
+                obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, vpa.namespace, PLURAL, vpa.name)
+            except Exception as err:
+                if is_not_found(err):
+                    return False  # the VPA was deleted meanwhile: nothing to write
+                raise classify(err, f"read VPA {vpa.namespace}/{vpa.name}") from err
+            if obj["metadata"].get("uid") != vpa.uid:
+                return False  # deleted and recreated: the next pass serves the new object
+            status = build(dict(obj.get("status") or {}))
+            if status is None:
+                return False
+            obj["status"] = status
+            try:
+                self.custom.replace_namespaced_custom_object_status(GROUP, VERSION, vpa.namespace, PLURAL,
+                                                                    vpa.name, obj)
+                return True
+            except Exception as err:
+                if isinstance(err, client.ApiException) and err.status == 409:
+                    continue
+                if is_not_found(err):
+                    return False
+                raise classify(err, f"write VPA status {vpa.namespace}/{vpa.name}") from err
+        raise TemporaryKubeError(f"write VPA status {vpa.namespace}/{vpa.name}: still conflicting after "
+                                 f"{attempts} attempts", status=409)
+
+    def load_checkpoint(self, vpa: VpaSpec) -> Obj | None:
+        try:
+            obj: Obj = self.custom.get_namespaced_custom_object(CHECKPOINT_GROUP, CHECKPOINT_VERSION, vpa.namespace,
+                                                                CHECKPOINT_PLURAL, vpa.name)
+        except Exception as err:
+            if is_not_found(err):
+                return None
+            raise classify(err, f"read checkpoint {vpa.namespace}/{vpa.name}") from err
+        owners = obj["metadata"].get("ownerReferences") or []
+        if not any(o.get("uid") == vpa.uid for o in owners):
+            return None  # left over from an earlier VPA of the same name
+        return obj
+
+    def save_checkpoint(self, vpa: VpaSpec, spec: Obj) -> None:
+        owners = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "VerticalPodAutoscaler", "name": vpa.name,
+                   "uid": vpa.uid}]
+        body = {"apiVersion": f"{CHECKPOINT_GROUP}/{CHECKPOINT_VERSION}", "kind": "RecommenderCheckpoint",
+                "metadata": {"name": vpa.name, "namespace": vpa.namespace, "ownerReferences": owners},
+                "spec": spec}
+        action = f"write checkpoint {vpa.namespace}/{vpa.name}"
+        try:
+            self.custom.create_namespaced_custom_object(CHECKPOINT_GROUP, CHECKPOINT_VERSION, vpa.namespace,
+                                                        CHECKPOINT_PLURAL, body)
+            return
+        except Exception as err:
+            if not (isinstance(err, client.ApiException) and err.status == 409):
+                raise classify(err, action) from err
+        try:
+            self.custom.patch_namespaced_custom_object(CHECKPOINT_GROUP, CHECKPOINT_VERSION, vpa.namespace,
+                                                       CHECKPOINT_PLURAL, vpa.name,
+                                                       {"metadata": {"ownerReferences": owners}, "spec": spec})
+        except Exception as err:
+            raise classify(err, action) from err
+
+
+__all__ = ["ContainerTemplate", "KubeAdapter", "KubeError", "Workload", "containers_of"]

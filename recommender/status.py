@@ -1,0 +1,95 @@
+"""VPA status as the recommender writes it: recommendations and conditions, changed only when needed.
+
+Owns the ``status`` dict of a VerticalPodAutoscaler: ``recommendation.containerRecommendations``
+(target, lowerBound, upperBound, uncappedTarget as quantities) and ``conditions`` (RecommendationProvided,
+LowConfidence, and our own Stale and ConfigUnsupported). A container without a new recommendation keeps
+its last written one; a condition keeps its lastTransitionTime while its status does not change; a build
+that changes nothing returns None so no write is made.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from recommender.kube.vpa_objects import quantities
+from recommender.model.types import Recommendation
+
+Obj = dict[str, Any]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _set(conditions: list[Obj], ctype: str, status: bool, reason: str, message: str) -> list[Obj]:
+    value = "True" if status else "False"
+    old = next((c for c in conditions if c.get("type") == ctype), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == value and old.get("lastTransitionTime") \
+        else _now()
+    new = {"type": ctype, "status": value, "reason": reason, "message": message[:1024], "lastTransitionTime": since}
+    return [c for c in conditions if c.get("type") != ctype] + [new]
+
+
+def _entry(container: str, rec: Recommendation) -> Obj:
+    entry: Obj = {"containerName": container, "target": quantities(rec.target)}
+    for key, res in (("lowerBound", rec.lower_bound), ("upperBound", rec.upper_bound),
+                     ("uncappedTarget", rec.uncapped_target)):
+        if q := quantities(res):
+            entry[key] = q
+    return entry
+
+
+def _same(a: Obj, b: Obj) -> bool:
+    def strip(status: Obj) -> Obj:
+        conds = sorted(({k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions")
+                        or []), key=lambda c: str(c.get("type")))
+        return {"recommendation": status.get("recommendation"), "conditions": conds}
+    return strip(a) == strip(b)
+
+
+def _finish(current: Obj, new: Obj) -> Obj | None:
+    return None if _same(current, new) else new
+
+
+def build_status(current: Obj, generation: int, recs: Mapping[str, Recommendation],
+                 containers: Sequence[str]) -> Obj | None:
+    old_entries = {e.get("containerName"): e for e in (current.get("recommendation") or {})
+                   .get("containerRecommendations") or []}
+    entries = []
+    for name in containers:
+        if name in recs:
+            entries.append(_entry(name, recs[name]))
+        elif name in old_entries:
+            entries.append(old_entries[name])  # the last good recommendation stays
+    missing = [n for n in containers if not any(e["containerName"] == n for e in entries)]
+    conditions = list(current.get("conditions") or [])
+    conditions = [c for c in conditions if c.get("type") != "ConfigUnsupported"]
+    conditions = _set(conditions, "RecommendationProvided", not missing,
+                      "NoUsageHistory" if missing else "RecommendationsProvided",
+                      f"no usage history yet for container(s) {', '.join(missing)}" if missing else "")
+    low = sorted(n for n, r in recs.items() if r.confidence < 1.0)
+    conditions = _set(conditions, "LowConfidence", bool(low), "ShortHistory" if low else "EnoughHistory",
+                      f"less history than the strategy wants for: {', '.join(low)}" if low else "")
+    conditions = _set(conditions, "Stale", False, "FreshData", "")
+    new = dict(current)
+    new["conditions"] = conditions
+    new["recommendation"] = {"containerRecommendations": entries} if entries else current.get("recommendation")
+    if new["recommendation"] is None:
+        new.pop("recommendation")
+    return _finish(current, new)
+
+
+def stale_status(current: Obj, generation: int, message: str) -> Obj | None:
+    new = dict(current)
+    new["conditions"] = _set(list(current.get("conditions") or []), "Stale", True, "UsageHistoryUnavailable",
+                             f"{message}; the last recommendation is kept")
+    return _finish(current, new)
+
+
+def unsupported_status(current: Obj, generation: int, message: str) -> Obj | None:
+    new = dict(current)
+    new["conditions"] = _set(list(current.get("conditions") or []), "ConfigUnsupported", True, "ConfigUnsupported",
+                             message)
+    return _finish(current, new)
