@@ -250,3 +250,61 @@ def test_the_once_command_writes_and_prints_recommendations(
         parse_memory_bytes(printed["recommendations"][0]["target"]["memory"]))
     bad = subprocess.run([*cmd[:-2], "--history=-1d"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "bad duration" in bad.stderr
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_the_run_command_serves_elects_a_leader_and_stops_cleanly(
+    api: client.ApiClient, cluster: Any, crds: list[str], namespace: str, prometheus: LocalPrometheus,
+    tmp_path: Path, now_s: float,
+) -> None:
+    import signal
+
+    from tests.harness.process import free_port
+    from tests.waiting import eventually
+
+    backfill(prometheus, tmp_path, namespace, ["web-run-aaaaa"], "web-run", Constant(cpu_cores=0.3,
+                                                                                    memory_bytes=120 * Mi),
+             now_s - 120, days=1)
+    make_deployment(api, namespace)
+    make_vpa(api, namespace, "web", "web")
+    ports = [free_port(), free_port()]
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "recommender", "run", "--kubeconfig", cluster.kubeconfig, "--prometheus-url",
+         prometheus.url, "-n", namespace, "--scrape-interval", "60s", "--history", "2d", "--interval", "2s",
+         "--listen", f"127.0.0.1:{port}", "--leader-election-namespace", namespace, "--log-format", "json"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for port in ports]
+    try:
+        for port in ports:
+            eventually("/healthz", lambda p=port: _get(f"http://127.0.0.1:{p}/healthz")[0] == 200, timeout_s=30)
+        eventually("a recommendation written", lambda: vpa_status(api, namespace, "web").get("recommendation"),
+                   timeout_s=60)
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("podtailor-recommender", namespace)
+        metrics = [_get(f"http://127.0.0.1:{p}/metrics")[1] for p in ports]
+        passes = [m for m in metrics if 'podtailor_recommender_passes_total{outcome="ok"}' in m]
+        assert len(passes) == 1, "exactly one replica leads and runs passes"
+        assert all(_get(f"http://127.0.0.1:{p}/readyz")[0] == 200 for p in ports)  # leader ready, standby ready
+        assert lease.spec.holder_identity
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=30) for proc in procs]
+        assert codes == [0, 0], [proc.stderr.read() if proc.stderr else "" for proc in procs]
+        # The leader checkpointed on its way out.
+        checkpoint = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "podtailor.io", "v1alpha1", namespace, "recommendercheckpoints", "web")
+        assert checkpoint["spec"]["strategy"] == "podtailor"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
