@@ -257,7 +257,7 @@ def _get(url: str) -> tuple[int, str]:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url, timeout=5) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
