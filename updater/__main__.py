@@ -1,13 +1,25 @@
-"""Command line of the updater (``podtailor-updater``).
+"""Command line of the updater (``podtailor-updater``): ``plan``, ``run`` and ``rollback``.
 
-Owns argument parsing and exit codes; the work itself lives in the subpackages. Exit codes: 0 success,
-1 the command ran and failed, 2 bad usage or bad input (nothing changed).
+Owns wiring (client, cluster reader, planner, executor, metrics, HTTP endpoints, leader election) and exit
+codes: 0 success, 1 the command ran and failed (API server trouble, rollback incomplete, lost leadership),
+2 bad usage or input (nothing was contacted or changed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import signal
+import socket
 import sys
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from updater import __version__
 
@@ -15,31 +27,220 @@ DESCRIPTION = """\
 Apply recommended CPU and memory to running Kubernetes pods in place, without restarting them.
 
 podtailor's updater reads the targets the recommender wrote into VerticalPodAutoscaler status and
-resizes running pods through the pods/resize subresource, in canary batches per node pool, honouring
-each container's resizePolicy, verifying every step and rolling back on failure. Where a resize cannot
-be done in place it falls back to rolling replacement.
+resizes running pods through the pods/resize subresource, in canary batches per node pool (one pod,
+then larger steps, each verified and baked under gates), honouring each container's resizePolicy.
+A failed gate restores every pod of the batch and halts the pool. Every action is journaled in a
+ResizeRollout object, so a restarted updater resumes without resizing anything twice.
 
-This release has the command line skeleton only: the commands (plan, run, rollback, webhook)
-arrive with the updater.
+commands:
+  plan      dry run: what would be resized, how (online, restart, fallback), in which batch
+  run       continuous: a pass every --interval with leader election, /metrics, /healthz, /readyz
+  rollback  restore the recorded resources of every pod a rollout touched
 """
+log = logging.getLogger("podtailor.updater")
+
+
+class UsageError(Exception):
+    """Bad command-line input; nothing was contacted or changed."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="podtailor-updater",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Exit codes: 0 success, 1 the command failed, 2 bad usage or input (nothing was changed).",
-    )
+    from recommender.cli import add_kube_flags, duration_s
+
+    parser = argparse.ArgumentParser(prog="podtailor-updater", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Exit codes: 0 success, 1 the command failed, 2 bad usage or input "
+                                            "(nothing was changed).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plan = sub.add_parser("plan", help="show what would be done, change nothing",
+                          description="Dry run: decisions per pod and canary batches per node pool.")
+    run = sub.add_parser("run", help="run continuously (in-cluster mode)",
+                         description="Advance rollouts every --interval until SIGTERM.")
+    rollback = sub.add_parser("rollback", help="restore the pods a rollout touched",
+                              description="Restore the recorded resources of every pod the rollout resized.")
+    rollback.add_argument("rollout", help="ResizeRollout name (kubectl get resizerollouts)")
+    rollback.add_argument("--timeout", type=duration_s, default=300.0, metavar="DURATION",
+                          help="give up waiting for the kubelets after this (default: 5m)")
+    for p in (plan, run, rollback):
+        add_kube_flags(p)
+        p.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable)")
+        p.add_argument("--pool-label", help="node label naming the pool (default: the policy's, or common keys)")
+        p.add_argument("--log-format", choices=["text", "json"], default="text")
+        p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    plan.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    g = run.add_argument_group("Continuous mode")
+    g.add_argument("--interval", type=duration_s, default=10.0, metavar="DURATION", help="pass interval (default: 10s)")
+    g.add_argument("--listen", default="0.0.0.0:8943", metavar="HOST:PORT",
+                   help="address of /metrics, /healthz and /readyz (default: %(default)s)")
+    g.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "podtailor-system"))
+    g.add_argument("--leader-election-id", default="podtailor-updater")
     return parser
 
 
+def build_executor(args: argparse.Namespace, registry: CollectorRegistry | None = None) -> Any:
+    from recommender.cli import UsageError as CliUsageError
+    from recommender.cli import kube_client
+    from updater.kube.snapshot import ClusterReader
+    from updater.policy.planner import plan
+    from updater.rollout.executor import Executor
+    from updater.rollout.grouping import group_by_policy
+    from updater.rollout.store import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+
+    try:
+        api = kube_client(args)
+    except CliUsageError as err:
+        raise UsageError(str(err)) from None
+    reader = ClusterReader(api)
+    namespaces = tuple(args.namespace)
+    return Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
+                    planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
+                    policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api)), api
+
+
+def _changes(d: Any) -> str:
+    from recommender.kube.vpa_objects import quantities
+
+    parts = []
+    for c in d.changes:
+        old, new = quantities(c.old_requests), quantities(c.new_requests)
+        parts.append(f"{c.name}: " + ", ".join(f"{k} {old.get(k, '-')}→{new.get(k, '-')}" for k in sorted(new))
+                     + (" (restart)" if c.restarts else ""))
+    return "; ".join(parts)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from updater.policy.planner import summary
+
+    executor, _ = build_executor(args)
+    _, plans = executor.plan(time.time())
+    if args.output == "json":
+        out = {"schemaVersion": "podtailor.io/plan/v1", "plans": [{
+            "policy": policy.name, "summary": summary(p), "frozenPools": dict(p.frozen_pools),
+            "batches": [{"pool": b.pool, "step": b.step, "bakeSeconds": b.bake_s, "pods": list(b.pods)}
+                        for b in p.batches],
+            "decisions": [{"pod": d.key, "pool": d.pool, "workload": f"{d.workload_kind}/{d.workload_name}",
+                           "action": d.action.value, "reason": d.reason.value, "message": d.message,
+                           "changes": _changes(d)} for d in p.decisions]} for policy, p in plans]}
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    console = Console(file=sys.stdout)
+    for policy, p in plans:
+        batch_of = {pod: (b.pool, i) for i, b in enumerate(p.batches) for pod in b.pods}
+        table = Table(title=f"policy {policy.name}: {len(p.batches)} batches, frozen pools: "
+                            f"{', '.join(f'{k} ({v})' for k, v in p.frozen_pools.items()) or 'none'}")
+        for col in ("pool", "batch", "pod", "action", "reason", "changes"):
+            table.add_column(col)
+        for d in sorted(p.decisions, key=lambda d: (d.pool, batch_of.get(d.key, ("", 1 << 30))[1], d.key)):
+            batch = batch_of.get(d.key)
+            table.add_row(d.pool or "-", str(batch[1] + 1) if batch else "-", d.key, d.action.value,
+                          d.message or d.reason.value, _changes(d))
+        console.print(table)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from recommender.leader import start_election
+    from recommender.serve import Health, make_server
+    from updater.metrics import UpdaterMetrics
+
+    registry = CollectorRegistry()
+    executor, api = build_executor(args, registry)
+    metrics = UpdaterMetrics(registry)
+    host, _, port = args.listen.rpartition(":")
+    health = Health(stale_after_s=3 * args.interval + 60)
+    server = make_server(host or "0.0.0.0", int(port), registry, health)
+    stop, leading, exit_code = threading.Event(), threading.Event(), [0]
+
+    def loop() -> None:
+        with health.lock:
+            health.leading = True
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                with metrics.pass_seconds.time():
+                    result = executor.run_pass(time.time())
+                metrics.passes.labels("ok").inc()
+                metrics.resizes.inc(result.resized)
+                metrics.writes.inc(result.writes)
+                metrics.rollouts_started.inc(len(result.started))
+                metrics.last_success.set_to_current_time()
+                with health.lock:
+                    health.last_success_monotonic = time.monotonic()
+            except Exception as err:  # the one broad catch: the next pass re-reads everything
+                metrics.passes.labels("failed").inc()
+                log.error("pass failed; retrying at the next interval", extra={"error": str(err)})
+            stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+
+    def start_work() -> None:
+        leading.set()
+        loop()
+
+    def lost() -> None:
+        if leading.is_set():
+            log.error("leadership lost; exiting so the pod restarts as a candidate")
+            exit_code[0] = 1
+        stop.set()
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if args.leader_elect:
+        start_election(api, name=args.leader_election_id, namespace=args.leader_election_namespace,
+                       identity=f"{socket.gethostname()}-{os.getpid()}", on_started=start_work, on_stopped=lost)
+    else:
+        threading.Thread(target=start_work, daemon=True, name="updater-loop").start()
+    stop.wait()
+    server.shutdown()
+    return exit_code[0]
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from updater.rollout import machine
+    from updater.rollout.journal import Phase
+
+    executor, _ = build_executor(args)
+    r = executor.store.get(args.rollout)
+    if r is None:
+        print(f"error: no ResizeRollout named {args.rollout!r}", file=sys.stderr)
+        return 2
+    r = executor.store.save(replace(r, rollback_all=True, phase=Phase.ROLLING_BACK,
+                                    message=f"rollback requested by {os.environ.get('USER', 'a user')}"))
+    deadline = time.monotonic() + args.timeout
+    while r.phase == Phase.ROLLING_BACK and time.monotonic() < deadline:
+        snap = executor.read()
+        new, effects = machine.advance(r, snap.observations, time.time())
+        r, _ = executor._perform(r, new, effects, snap.observations, time.time())
+        if r.phase == Phase.ROLLING_BACK:
+            time.sleep(1.0)
+    reverted = sum(1 for e in r.entries if e.state.value == "Reverted")
+    print(f"{r.name}: {r.phase.value}; {reverted} pods restored")
+    return 0 if r.phase == Phase.ROLLED_BACK else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    from recommender.__main__ import setup_logging
+    from recommender.kube.errors import KubeError
+
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help(sys.stderr)
-    return 2
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    setup_logging(args.log_format, args.log_level)
+    commands = {"plan": cmd_plan, "run": cmd_run, "rollback": cmd_rollback}
+    try:
+        return commands[args.command](args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KubeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

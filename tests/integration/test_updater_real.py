@@ -1,0 +1,295 @@
+"""The updater against the real API server and the node simulator: canary rollouts of in-place resizes.
+
+The test plays the recommender by writing VPA status itself, creates a ResizePolicy, and runs updater
+passes in-process (the same Executor the ``run`` command drives) until the rollout settles. Every
+expectation is about what the real API server and the simulated kubelets end up with.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from tests.conftest import SimFactory
+from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
+from tests.nodesim.usage import Constant
+from tests.waiting import eventually
+from updater.kube.snapshot import ClusterReader
+from updater.policy.planner import plan
+from updater.rollout.executor import Executor
+from updater.rollout.grouping import group_by_policy
+from updater.rollout.journal import Phase, Rollout
+from updater.rollout.store import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+
+pytestmark = pytest.mark.cluster
+Mi = 2**20
+POOL_KEY = POOL_LABEL_KEYS["podtailor"]
+
+
+class Scenario:
+    def __init__(self, api: client.ApiClient, ns: str, make_sim: SimFactory) -> None:
+        self.api, self.ns, self.make_sim = api, ns, make_sim
+        self.core, self.apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.policies: list[str] = []
+        self.pools = {}  # type: dict[str, str]
+
+    def pool(self, short: str, nodes: int = 2, cpu: int = 8000) -> Any:
+        name = f"{self.ns[-6:]}-{short}"
+        self.pools[short] = name
+        return self.make_sim(NodePool(name=name, count=nodes, cpu_millicores=cpu, memory_bytes=32 * 2**30),
+                             tick_s=0.2, crash_backoff_s=0.5)
+
+    def deployment(self, name: str, pool: str, replicas: int, *, memory_policy: str = "NotRequired",
+                   requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+                   usage: dict[str, Any] | None = None, annotations: dict[str, str] | None = None) -> None:
+        labels = {"app": name}
+        pod_annotations = {"nodesim.podtailor.io/usage": json.dumps(
+            usage or {"kind": "constant", "cpu_cores": 0.1, "memory_bytes": 100 * Mi})}
+        container = {"name": "app", "image": "registry.invalid/app:1",
+                     "resources": {"requests": requests or {"cpu": "500m", "memory": "256Mi"},
+                                   "limits": limits or {"cpu": "1", "memory": "512Mi"}},
+                     "resizePolicy": [{"resourceName": "memory", "restartPolicy": memory_policy}]}
+        self.apps.create_namespaced_deployment(self.ns, {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels, "annotations": pod_annotations},
+                "spec": {"nodeSelector": {POOL_KEY: self.pools[pool]}, "terminationGracePeriodSeconds": 1,
+                         "containers": [container]}}}})
+        eventually(f"{name} pods running", lambda: len(self.running(name)) == replicas, timeout_s=60)
+
+    def running(self, app: str) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(self.ns, label_selector=f"app={app}").items
+        return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                and p.status.container_statuses and all(c.ready for c in p.status.container_statuses)]
+
+    def vpa(self, name: str, target: dict[str, str], lower: dict[str, str] | None = None,
+            upper: dict[str, str] | None = None, mode: str = "InPlaceOrRecreate") -> None:
+        self.custom.create_namespaced_custom_object("autoscaling.k8s.io", "v1", self.ns, "verticalpodautoscalers", {
+            "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": name},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                     "updatePolicy": {"updateMode": mode}, "recommenders": [{"name": "podtailor"}]}})
+        obj = self.custom.get_namespaced_custom_object("autoscaling.k8s.io", "v1", self.ns, "verticalpodautoscalers",
+                                                       name)
+        obj["status"] = {"recommendation": {"containerRecommendations": [{
+            "containerName": "app", "target": target, "lowerBound": lower or target, "upperBound": upper or target,
+            "uncappedTarget": target}]},
+            "conditions": [{"type": "RecommendationProvided", "status": "True",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        self.custom.replace_namespaced_custom_object_status("autoscaling.k8s.io", "v1", self.ns,
+                                                            "verticalpodautoscalers", name, obj)
+
+    def policy(self, **spec: Any) -> str:
+        name = f"{self.ns}-policy"[:63]
+        body = {"namespaces": [self.ns], "steps": [{"fraction": 0, "bake": "2s"}, {"fraction": 1, "bake": "1s"}],
+                "minPodAge": "0s", "changeThreshold": 0.05}
+        body.update(spec)
+        self.custom.create_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", {
+            "apiVersion": "podtailor.io/v1alpha1", "kind": "ResizePolicy", "metadata": {"name": name}, "spec": body})
+        self.policies.append(name)
+        return name
+
+    def executor(self) -> Executor:
+        reader = ClusterReader(self.api)
+        return Executor(read=lambda: reader.read(policy_pool_label=POOL_KEY, namespaces=(self.ns,)), planner=plan,
+                        store=RolloutStore(self.api), resizer=PodResizer(self.api),
+                        recorder=EventRecorder(self.api), policy=group_by_policy, evictor=Evictor(self.api),
+                        templates=TemplatePatcher(self.api))
+
+    def rollouts(self) -> list[Rollout]:
+        return [r for r in RolloutStore(self.api).list() if r.policy in self.policies]
+
+    def run_until(self, executor: Executor, done: Any, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            executor.run_pass(time.time())
+            if done():
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"rollouts did not settle: {[(r.name, r.phase, r.message) for r in self.rollouts()]}")
+
+    def settled(self) -> bool:
+        rs = self.rollouts()
+        return bool(rs) and all(r.phase in (Phase.COMPLETED, Phase.HALTED, Phase.ROLLED_BACK) for r in rs)
+
+
+@pytest.fixture
+def scenario(api: client.ApiClient, crds: list[str], namespace: str, make_sim: SimFactory) -> Iterator[Scenario]:
+    s = Scenario(api, namespace, make_sim)
+    try:
+        yield s
+    finally:
+        for name in s.policies:
+            s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
+
+
+def cpu_of(pod: client.V1Pod) -> int:
+    return parse_cpu_millicores(pod.status.container_statuses[0].resources.requests["cpu"])
+
+
+def test_cpu_change_is_applied_online_in_canary_batches(scenario: Scenario) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=3)
+    scenario.vpa("web", {"cpu": "250m", "memory": "256Mi"})
+    scenario.policy()
+    executor = scenario.executor()
+    executor.run_pass(time.time())
+    [r] = scenario.rollouts()
+    assert [len(r.entries_of(b.index)) for b in r.batches] == [1, 2]  # first batch: one pod
+    # Batch 2 waits for batch 1 to be verified and baked (2 s).
+    assert all(e.state.value == "Planned" for e in r.entries_of(1))
+    scenario.run_until(executor, scenario.settled)
+    [r] = scenario.rollouts()
+    assert r.phase == Phase.COMPLETED, r.message
+    pods = scenario.running("web")
+    # 500m -> 250m; the 1-core limit keeps the 1:2 ratio -> 500m; no restart (CPU is NotRequired).
+    assert [cpu_of(p) for p in pods] == [250, 250, 250]
+    assert all(parse_cpu_millicores(p.spec.containers[0].resources.limits["cpu"]) == 500 for p in pods)
+    assert all(p.status.container_statuses[0].restart_count == 0 for p in pods)
+    assert all(p.status.qos_class == "Burstable" for p in pods)  # QoS never changes
+
+
+def test_plan_shows_what_run_then_does(scenario: Scenario, cluster: Any) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=2)
+    scenario.vpa("web", {"cpu": "300m", "memory": "256Mi"})
+    scenario.policy()
+    out = subprocess.run([sys.executable, "-m", "updater", "plan", "--kubeconfig", cluster.kubeconfig, "-n",
+                          scenario.ns, "--pool-label", POOL_KEY, "-o", "json"], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    planned = json.loads(out.stdout)["plans"][0]
+    batches = [b["pods"] for b in planned["batches"]]
+    executor = scenario.executor()
+    executor.run_pass(time.time())
+    [r] = scenario.rollouts()
+    assert [[e.key for e in r.entries_of(b.index)] for b in r.batches] == batches
+
+
+def test_small_changes_are_skipped(scenario: Scenario) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=2)
+    scenario.vpa("web", {"cpu": "510m", "memory": "256Mi"})  # +2%, threshold 5%
+    scenario.policy()
+    executor = scenario.executor()
+    result = executor.run_pass(time.time())
+    assert not result.started and not scenario.rollouts()
+    [(_, p)] = result.plans
+    assert {d.reason.value for d in p.decisions} == {"below-threshold"}
+
+
+def test_memory_restart_waits_for_approval_and_respects_the_budget(scenario: Scenario) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=4, memory_policy="RestartContainer")
+    scenario.vpa("web", {"cpu": "500m", "memory": "384Mi"})
+    scenario.policy(requireApprovalForRestart=True, disruptionBudget=0.25,
+                    steps=[{"fraction": 1, "bake": "1s"}])
+    executor = scenario.executor()
+    result = executor.run_pass(time.time())
+    assert not result.started
+    [(_, p)] = result.plans
+    assert {d.reason.value for d in p.decisions} == {"awaiting-restart-approval"}
+    scenario.apps.patch_namespaced_deployment("web", scenario.ns, {
+        "metadata": {"annotations": {"podtailor.io/approve-restart": "true"}}})
+    executor.run_pass(time.time())
+    [r] = scenario.rollouts()
+    # One step covering all 4 pods, but at most 25% of 4 = 1 restarting pod at a time: 4 batches of 1.
+    assert [len(r.entries_of(b.index)) for b in r.batches] == [1, 1, 1, 1]
+    scenario.run_until(executor, scenario.settled, timeout_s=90)
+    pods = scenario.running("web")
+    assert all(p.status.container_statuses[0].restart_count == 1 for p in pods)
+    assert all(parse_memory_bytes(p.status.container_statuses[0].resources.requests["memory"]) == 384 * Mi
+               for p in pods)
+
+
+def test_an_oom_after_a_decrease_halts_the_pool_and_restores_exactly(scenario: Scenario) -> None:
+    sim = scenario.pool("a")
+    scenario.deployment("web", "a", replicas=2, usage={"kind": "constant", "cpu_cores": 0.1,
+                                                       "memory_bytes": 300 * Mi})
+    # Target 200Mi: memory limit 512Mi -> 400Mi (ratio kept), still above the 300Mi the app uses...
+    scenario.vpa("web", {"cpu": "500m", "memory": "200Mi"})
+    scenario.policy(steps=[{"fraction": 0, "bake": "4s"}, {"fraction": 1, "bake": "1s"}])
+    executor = scenario.executor()
+    executor.run_pass(time.time())
+    [r] = scenario.rollouts()
+    first = r.entries_of(0)[0]
+    eventually("first pod verified", lambda: (executor.run_pass(time.time()) and False) or any(
+        e.state.value == "Verified" for e in scenario.rollouts()[0].entries), timeout_s=30, interval_s=0.3)
+    # ...until the app grows past the new limit while the batch bakes: OOM kill.
+    sim.set_usage(scenario.ns, first.pod, "app", Constant(cpu_cores=0.1, memory_bytes=450 * Mi))
+    scenario.run_until(executor, scenario.settled)
+    [r] = scenario.rollouts()
+    assert r.phase == Phase.HALTED and "OOM" in r.message
+    pod = scenario.core.read_namespaced_pod(first.pod, scenario.ns)
+    c = pod.spec.containers[0].resources
+    assert (c.requests["memory"], c.limits["memory"]) == ("256Mi", "512Mi")  # the recorded values, exactly
+    # The second batch never ran: the other pod was not touched.
+    other = r.entries_of(1)[0]
+    assert other.state.value == "Planned"
+    sim.set_usage(scenario.ns, first.pod, "app", Constant(cpu_cores=0.1, memory_bytes=100 * Mi))
+    executor.run_pass(time.time())
+    assert scenario.rollouts()[0].phase == Phase.HALTED  # halted until a person lets it go on
+
+
+def test_two_pools_progress_independently_and_a_not_ready_pool_is_frozen(scenario: Scenario) -> None:
+    scenario.pool("a")
+    sim_b = scenario.pool("b")
+    scenario.deployment("web-a", "a", replicas=2)
+    scenario.deployment("web-b", "b", replicas=2)
+    scenario.vpa("web-a", {"cpu": "250m", "memory": "256Mi"})
+    scenario.vpa("web-b", {"cpu": "250m", "memory": "256Mi"})
+    scenario.policy()
+    for node in sim_b.node_names():
+        sim_b.set_node_ready(node, False)
+    executor = scenario.executor()
+    eventually("pool b NotReady in the API", lambda: all(
+        not any(c.type == "Ready" and c.status == "True" for c in scenario.core.read_node(n).status.conditions)
+        for n in sim_b.node_names()), timeout_s=15)
+    scenario.run_until(executor, lambda: any(r.phase == Phase.COMPLETED for r in scenario.rollouts()))
+    by_pool = {r.pool: r for r in scenario.rollouts()}
+    assert by_pool[scenario.pools["a"]].phase == Phase.COMPLETED
+    assert scenario.pools["b"] not in by_pool  # frozen: no rollout started there
+    assert all(cpu_of(p) == 500 for p in scenario.running("web-b"))
+
+
+class Crash(Exception):
+    """Stands for the process dying."""
+
+
+class DyingResizer(PodResizer):
+    """The real resizer, but the process "dies" right after its first resize reached the API server."""
+
+    def resize(self, *args: Any, **kwargs: Any) -> int:
+        generation = super().resize(*args, **kwargs)
+        raise Crash(f"killed after a resize (generation {generation})")
+
+
+def test_crash_mid_batch_and_resume_resizes_nobody_twice(scenario: Scenario) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=3)
+    scenario.vpa("web", {"cpu": "250m", "memory": "256Mi"})
+    scenario.policy(steps=[{"fraction": 1, "bake": "1s"}])
+    generations = {p.metadata.name: p.metadata.generation for p in scenario.running("web")}
+    dying = scenario.executor()
+    dying.resizer = DyingResizer(scenario.api)
+    with pytest.raises(Crash):
+        dying.run_pass(time.time())
+    [r] = scenario.rollouts()
+    # The intent was journaled before anything was sent; one resize reached the server before the crash.
+    assert [e.state.value for e in r.entries] == ["Applying"] * 3
+    resumed = scenario.executor()
+    scenario.run_until(resumed, scenario.settled)
+    [r] = scenario.rollouts()
+    assert r.phase == Phase.COMPLETED
+    for p in scenario.running("web"):
+        assert p.metadata.generation == generations[p.metadata.name] + 1  # exactly one resize each
+        assert cpu_of(p) == 250

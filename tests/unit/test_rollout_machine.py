@@ -1,0 +1,179 @@
+"""The rollout state machine: crash-safe application, verification, baking, gates and rollback.
+
+Pure tests with a fixed time anchor; observations are built the way the adapter builds them from Pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from recommender.model.types import Resources
+from updater.observe import ContainerObservation, PodObservation
+from updater.rollout import machine
+from updater.rollout.journal import (
+    BatchPhase,
+    BatchRecord,
+    ContainerValues,
+    Entry,
+    EntryState,
+    Phase,
+    Rollout,
+    from_object,
+    to_status,
+)
+
+NOW = 1_700_000_000.0
+OLD = ContainerValues(name="app", requests=Resources(cpu_millicores=500, memory_bytes=256 * 2**20),
+                      limits=Resources(cpu_millicores=1000))
+NEW = ContainerValues(name="app", requests=Resources(cpu_millicores=250, memory_bytes=256 * 2**20),
+                      limits=Resources(cpu_millicores=500))
+
+
+def entry(pod: str, batch: int, **kw: object) -> Entry:
+    base = Entry(namespace="ns", pod=pod, uid=f"uid-{pod}", workload_kind="Deployment", workload_name="web",
+                 batch=batch, before=(OLD,), after=(NEW,), restarts_before={"app": 0})
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def rollout(*entries: Entry, batches: int = 2, bake_s: float = 60.0) -> Rollout:
+    return Rollout(name="r", pool="p1", policy="default", entries=entries,
+                   batches=tuple(BatchRecord(index=i, step=i, bake_s=bake_s, gates=("oom", "restarts", "ready"))
+                                 for i in range(batches)))
+
+
+def obs(pod: str, spec: ContainerValues, actual: ContainerValues | None = None, *, generation: int = 1,
+        observed: int = 1, ready: bool = True, restarts: int = 0, oom_at: float | None = None,
+        pending: str | None = None, since: float | None = None, uid: str | None = None) -> PodObservation:
+    a = actual or spec
+    c = ContainerObservation(spec_requests=spec.requests, spec_limits=spec.limits, actual_requests=a.requests,
+                             actual_limits=a.limits, restart_count=restarts,
+                             last_termination_reason="OOMKilled" if oom_at else None, last_termination_s=oom_at)
+    return PodObservation(namespace="ns", name=pod, uid=uid or f"uid-{pod}", resource_version="7",
+                          generation=generation, observed_generation=observed, ready=ready, node="n1",
+                          containers={"app": c}, resize_pending=pending, resize_pending_since_s=since)
+
+
+def test_a_batch_records_intent_then_resizes_only_its_pods() -> None:
+    r = rollout(entry("a", 0), entry("b", 1))
+    r2, effects = machine.advance(r, {"ns/a": obs("a", OLD), "ns/b": obs("b", OLD)}, NOW)
+    resizes = [e for e in effects if isinstance(e, machine.Resize)]
+    assert [z.key for z in resizes] == ["ns/a"] and resizes[0].values == (NEW,)
+    assert r2.entries[0].state == EntryState.APPLYING and r2.entries[1].state == EntryState.PLANNED
+    assert r2.batches[0].phase == BatchPhase.APPLYING
+
+
+def test_resume_after_a_crash_never_resizes_twice() -> None:
+    # The journal says Applying (intent written), the crash came after the resize reached the server:
+    # the spec already has the new values, so no resize is sent and the entry becomes Applied.
+    r = rollout(entry("a", 0, state=EntryState.APPLYING), batches=1)
+    r = replace(r, batches=(replace(r.batches[0], phase=BatchPhase.APPLYING),))
+    r2, effects = machine.advance(r, {"ns/a": obs("a", NEW, OLD, generation=2)}, NOW)
+    assert not [e for e in effects if isinstance(e, machine.Resize)]
+    assert r2.entries[0].state == EntryState.APPLIED and r2.entries[0].generation == 2
+    # The crash came before the resize: the spec still has the old values, so it is sent (once).
+    _, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW)
+    assert [e.key for e in effects if isinstance(e, machine.Resize)] == ["ns/a"]
+
+
+def test_someone_elses_change_is_not_overwritten() -> None:
+    other = replace(OLD, requests=Resources(cpu_millicores=900, memory_bytes=256 * 2**20))
+    r2, effects = machine.advance(rollout(entry("a", 0), batches=1), {"ns/a": obs("a", other)}, NOW)
+    assert r2.entries[0].state == EntryState.SKIPPED and not [e for e in effects if isinstance(e, machine.Resize)]
+
+
+def verifying(*entries: Entry, bake_s: float = 60.0) -> Rollout:
+    r = rollout(*entries, batches=1, bake_s=bake_s)
+    return replace(r, batches=(replace(r.batches[0], phase=BatchPhase.VERIFYING, deadline_s=NOW + 600),))
+
+
+def test_done_means_the_kubelet_reports_the_new_values() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
+    # observedGeneration caught up but the status still shows the old values: not done.
+    r2, _ = machine.advance(r, {"ns/a": obs("a", NEW, OLD, generation=2, observed=2)}, NOW + 1)
+    assert r2.entries[0].state == EntryState.APPLIED
+    r3, _ = machine.advance(r, {"ns/a": obs("a", NEW, NEW, generation=2, observed=2)}, NOW + 2)
+    assert r3.entries[0].state == EntryState.VERIFIED
+    assert r3.batches[0].phase == BatchPhase.BAKING and r3.batches[0].bake_until_s == NOW + 2 + 60
+
+
+def test_an_oom_kill_while_baking_restores_the_batch_and_halts_the_pool() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW),
+                  entry("b", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
+    healthy = {k: obs(k, NEW, NEW, generation=2, observed=2) for k in ("a", "b")}
+    r, _ = machine.advance(r, {f"ns/{k}": v for k, v in healthy.items()}, NOW + 5)
+    assert r.phase == Phase.BAKING
+    oom = {"ns/a": obs("a", NEW, NEW, generation=2, observed=2, restarts=1, oom_at=NOW + 20),
+           "ns/b": healthy["b"]}
+    r, effects = machine.advance(r, oom, NOW + 30)
+    assert r.phase == Phase.ROLLING_BACK and "OOM" in r.message
+    assert any(isinstance(e, machine.Event) and e.warning for e in effects)
+    r, effects = machine.advance(r, oom, NOW + 31)
+    reverts = [e for e in effects if isinstance(e, machine.Resize)]
+    # Both pods the batch touched go back to exactly their recorded values.
+    assert {z.key for z in reverts} == {"ns/a", "ns/b"} and all(z.values == (OLD,) for z in reverts)
+    for z in reverts:
+        r = machine.settle(r, z.key, "revert", ok=True, generation=3, now_s=NOW + 31)
+    restored = {k: obs(k, OLD, OLD, generation=3, observed=3) for k in ("a", "b")}
+    r, _ = machine.advance(r, {f"ns/{k}": v for k, v in restored.items()}, NOW + 32)
+    assert r.phase == Phase.HALTED and all(e.state == EntryState.REVERTED for e in r.entries)
+
+
+def test_infeasible_is_restored_and_left_for_the_fallback_without_failing_the_batch() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
+    r2, effects = machine.advance(r, {"ns/a": obs("a", NEW, OLD, generation=2, observed=2, pending="Infeasible")},
+                                  NOW + 3)
+    assert r2.entries[0].state == EntryState.INFEASIBLE
+    assert [e.values for e in effects if isinstance(e, machine.Resize)] == [(OLD,)]
+    assert r2.phase == Phase.BAKING  # the batch itself goes on
+
+
+def test_deferred_waits_then_times_out() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
+    deferred = {"ns/a": obs("a", NEW, OLD, generation=2, observed=2, pending="Deferred", since=NOW)}
+    r2, _ = machine.advance(r, deferred, NOW + 100)
+    assert r2.entries[0].state == EntryState.APPLIED
+    r3, _ = machine.advance(r, deferred, NOW + 301)  # default Deferred timeout: 300 s
+    assert r3.entries[0].state == EntryState.INFEASIBLE
+
+
+def test_verification_timeout_fails_the_batch() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
+    r2, _ = machine.advance(r, {"ns/a": obs("a", NEW, OLD, generation=2, observed=1)}, NOW + 601)
+    assert r2.phase == Phase.ROLLING_BACK and "not verified within the timeout" in r2.message
+
+
+def test_unexpected_restart_fails_but_an_expected_one_does_not() -> None:
+    expected = entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW, restarting=frozenset({"app"}))
+    r2, _ = machine.advance(verifying(expected), {"ns/a": obs("a", NEW, NEW, generation=2, observed=2, restarts=1)},
+                            NOW + 1)
+    assert r2.entries[0].state == EntryState.VERIFIED
+    online = entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW)
+    r3, _ = machine.advance(verifying(online), {"ns/a": obs("a", NEW, NEW, generation=2, observed=2, restarts=1)},
+                            NOW + 1)
+    assert r3.phase == Phase.ROLLING_BACK and "restarted unexpectedly" in r3.message
+
+
+def test_the_next_batch_starts_only_after_the_bake() -> None:
+    r = rollout(entry("a", 0, state=EntryState.VERIFIED, applied_s=NOW), entry("b", 1), bake_s=60)
+    r = replace(r, phase=Phase.BAKING, batches=(replace(r.batches[0], phase=BatchPhase.BAKING,
+                                                        bake_until_s=NOW + 60), r.batches[1]))
+    current = {"ns/a": obs("a", NEW), "ns/b": obs("b", OLD)}
+    r2, effects = machine.advance(r, current, NOW + 59)
+    assert r2.current_batch == 0 and not effects
+    r3, _ = machine.advance(r, current, NOW + 60)
+    assert r3.current_batch == 1 and r3.phase == Phase.PROGRESSING
+    _, effects = machine.advance(r3, current, NOW + 61)
+    assert [e.key for e in effects if isinstance(e, machine.Resize)] == ["ns/b"]
+
+
+def test_a_frozen_pool_starts_nothing_new() -> None:
+    r2, effects = machine.advance(rollout(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW, frozen=True)
+    assert not effects and r2.entries[0].state == EntryState.PLANNED and "frozen" in r2.message
+
+
+def test_the_journal_round_trips_through_the_object() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW,
+                        restarting=frozenset({"app"})))
+    obj = {"metadata": {"name": "r", "resourceVersion": "9"}, "spec": {"pool": "p1", "policy": "default"},
+           "status": to_status(r)}
+    assert replace(from_object(obj), resource_version="") == r

@@ -1,0 +1,89 @@
+"""The updater adapter's API calls and their errors: one paged raw list per kind, failures classified once.
+
+Owns ``Listing`` (which kind to list: API group, resource, and the client function) and ``list_raw``,
+which pages through a list with ``_preload_content=False`` and returns plain JSON items (no model
+parsing: 10,000 pods cost a ``json.loads``). Failures become the recommender's ``KubeError`` tree
+(``TemporaryKubeError``: retry later; ``PermanentKubeError``: fix something); a 403 names the RBAC verb,
+resource and scope that are missing, a 410 on a continue token (the list expired while paging) is
+temporary, and a 404 for an optional custom resource (its CRD is not installed) is an empty list.
+``SnapshotError`` is for an answer the snapshot cannot be built from (an unreadable /version).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from recommender.kube.errors import KubeError, PermanentKubeError, TemporaryKubeError, classify
+
+log = logging.getLogger("podtailor.updater.kube")
+Obj = dict[str, Any]
+PAGE_SIZE = 1000
+"""Items per list page: big enough for few round trips, small enough to keep the API server's memory flat."""
+
+
+class SnapshotError(PermanentKubeError):
+    """The API server answered, but with something the snapshot cannot be built from."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listing:
+    """How to list one kind: ``call(namespace or None, **kwargs)`` returns the raw HTTP response."""
+
+    group: str
+    """API group ("" for core), for the RBAC hint of a 403."""
+    resource: str
+    call: Callable[..., Any]
+    namespaced: bool = True
+    optional: bool = False
+    """A custom resource whose CRD may be absent: a 404 on the list means "none" (logged), not an error."""
+
+
+def _forbidden(listing: Listing, namespace: str | None, err: client.ApiException) -> PermanentKubeError:
+    scope = f"in namespace {namespace}" if namespace else "cluster-wide"
+    base = str(classify(err, f"list {listing.resource} {scope}"))
+    return PermanentKubeError(f"{base}: the updater needs RBAC verb 'list' on resource '{listing.resource}' "
+                              f"(apiGroup '{listing.group}') {scope}", status=403)
+
+
+def _page(listing: Listing, namespace: str | None, cont: str | None, **kwargs: Any) -> Obj:
+    args = (namespace,) if namespace else ()
+    scope = f"in namespace {namespace}" if namespace else "cluster-wide"
+    try:
+        resp = listing.call(*args, limit=PAGE_SIZE, _continue=cont, _preload_content=False, **kwargs)
+        body: Obj = json.loads(resp.data)
+        return body
+    except client.ApiException as err:
+        if err.status == 404 and listing.optional:
+            log.warning("resource type not served; taking none", extra={"resource": listing.resource})
+            return {"items": []}
+        if err.status == 403:
+            raise _forbidden(listing, namespace, err) from err
+        if err.status == 410:
+            raise TemporaryKubeError(f"list {listing.resource} {scope}: the list expired while paging; "
+                                     "retry", status=410) from err
+        raise classify(err, f"list {listing.resource} {scope}") from err
+    except ValueError as err:
+        raise TemporaryKubeError(f"list {listing.resource} {scope}: unreadable answer: {err}") from err
+    except Exception as err:
+        raise classify(err, f"list {listing.resource} {scope}") from err
+
+
+def list_raw(listing: Listing, namespace: str | None = None, **kwargs: Any) -> list[Obj]:
+    """Every item of the kind (in ``namespace``, or in all namespaces when None), following continue tokens."""
+    items: list[Obj] = []
+    cont: str | None = None
+    while True:
+        body = _page(listing, namespace, cont, **kwargs)
+        items.extend(body.get("items") or [])
+        cont = (body.get("metadata") or {}).get("continue") or None
+        if not cont:
+            return items
+
+
+__all__ = ["KubeError", "Listing", "PermanentKubeError", "SnapshotError", "TemporaryKubeError", "list_raw"]

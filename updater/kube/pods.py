@@ -1,0 +1,152 @@
+"""Pods as values: one raw Pod dict in, a ``PodView`` (what the planner decides on) and a ``PodObservation``
+(what verification and the canary gates read) out.
+
+Owns reading a pod's containers and native sidecars (restartable init containers) with their spec
+requests and limits, resize policy, restart count and the resources the kubelet reports as actuated
+(``status.containerStatuses[].resources``); the QoS class (``status.qosClass``, else computed as the
+API server does); readiness; the resize conditions (PodResizePending reason and since when,
+PodResizeInProgress and its Error message); pod-level ``spec.resources``; and deletion. The pool and the
+top-level workload are looked up through functions the reader passes in, so this module stays pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from recommender.model.types import Resources
+from updater.kube.fields import (
+    MalformedObject,
+    Obj,
+    condition,
+    condition_true,
+    integer,
+    optional_resources,
+    optional_timestamp_s,
+    resources,
+    string_map,
+    timestamp_s,
+)
+from updater.observe import ContainerObservation, PodObservation
+from updater.policy.types import ContainerView, PodView, QoS
+
+OwnerOf = Callable[[str, str, list[Obj], Mapping[str, str]], tuple[str, str]]
+"""(namespace, pod name, ownerReferences, labels) -> (workload kind, workload name)."""
+
+
+def _containers(spec: Mapping[str, Any]) -> list[tuple[Obj, bool]]:
+    sidecars = [(c, True) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    return sidecars + [(c, False) for c in spec.get("containers") or ()]
+
+
+def _statuses(status: Mapping[str, Any]) -> dict[str, Obj]:
+    out = {s.get("name", ""): s for s in status.get("initContainerStatuses") or ()}
+    out.update({s.get("name", ""): s for s in status.get("containerStatuses") or ()})
+    return out
+
+
+def _resize_policy(raw: object, where: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise MalformedObject(f"{where}.resizePolicy: not a list")
+    return {str(p.get("resourceName")): str(p.get("restartPolicy", "NotRequired")) for p in raw}
+
+
+def _container(c: Obj, sidecar: bool, st: Obj | None, where: str) -> tuple[ContainerView, ContainerObservation]:
+    res, actual = c.get("resources") or {}, (st or {}).get("resources")
+    requests, limits = resources(res.get("requests"), f"{where}.requests"), resources(res.get("limits"),
+                                                                                     f"{where}.limits")
+    actual_requests = optional_resources(actual.get("requests") or {}, where) if actual is not None else None
+    actual_limits = optional_resources(actual.get("limits") or {}, where) if actual is not None else None
+    restarts = integer((st or {}).get("restartCount"), f"{where}.restartCount")
+    view = ContainerView(name=str(c.get("name", "")), requests=requests, limits=limits, sidecar=sidecar,
+                         resize_policy=_resize_policy(c.get("resizePolicy"), where), restart_count=restarts,
+                         actual=actual_requests, actual_limits=actual_limits)
+    terminated = ((st or {}).get("lastState") or {}).get("terminated") or {}
+    obs = ContainerObservation(spec_requests=requests, spec_limits=limits, actual_requests=actual_requests,
+                               actual_limits=actual_limits, restart_count=restarts,
+                               last_termination_reason=terminated.get("reason"),
+                               last_termination_s=optional_timestamp_s(terminated.get("finishedAt"), where),
+                               ready=bool((st or {}).get("ready", False)))
+    return view, obs
+
+
+def _guaranteed(requests: Resources, limits: Resources) -> bool:
+    return (limits.cpu_millicores is not None and limits.memory_bytes is not None
+            and requests.cpu_millicores in (None, limits.cpu_millicores)
+            and requests.memory_bytes in (None, limits.memory_bytes))
+
+
+def compute_qos(spec: Mapping[str, Any], where: str) -> QoS:
+    """QoS as the API server computes it (pod-level resources, when set, decide alone)."""
+    pod_level = spec.get("resources")
+    if pod_level and (pod_level.get("requests") or pod_level.get("limits")):
+        pairs = [(resources(pod_level.get("requests"), where), resources(pod_level.get("limits"), where))]
+    else:
+        everything = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
+        pairs = [(resources((c.get("resources") or {}).get("requests"), where),
+                  resources((c.get("resources") or {}).get("limits"), where)) for c in everything]
+    if all(r == Resources() and lim == Resources() for r, lim in pairs):
+        return QoS.BEST_EFFORT
+    return QoS.GUARANTEED if all(_guaranteed(r, lim) for r, lim in pairs) else QoS.BURSTABLE
+
+
+def _qos(status: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> QoS:
+    try:
+        return QoS(str(status.get("qosClass")))
+    except ValueError:
+        return compute_qos(spec, where)
+
+
+def _resize_state(status: Mapping[str, Any], where: str) -> dict[str, Any]:
+    pending, progress = condition(status, "PodResizePending"), condition(status, "PodResizeInProgress")
+    return {
+        "resize_pending": str(pending.get("reason") or "Deferred") if pending else None,
+        "resize_pending_since_s": optional_timestamp_s((pending or {}).get("lastTransitionTime"),
+                                                       f"{where}.PodResizePending"),
+        "resize_in_progress": progress is not None,
+        "resize_error": str(progress.get("message") or "") if progress and progress.get("reason") == "Error"
+        else None,
+    }
+
+
+def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) -> tuple[PodView | None,
+                                                                                         PodObservation]:
+    """Both values of one pod; the PodView is None unless the pod is Running on a node.
+    Raises MalformedObject on a field that cannot be read."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    where = f"pod {ns}/{name}"
+    statuses = _statuses(status)
+    pairs = [_container(c, sidecar, statuses.get(c.get("name", "")), f"{where} container {c.get('name')}")
+             for c, sidecar in _containers(spec)]
+    resize = _resize_state(status, where)
+    common: dict[str, Any] = {
+        "namespace": ns, "name": name, "uid": str(meta.get("uid", "")),
+        "resource_version": str(meta.get("resourceVersion", "")),
+        "generation": integer(meta.get("generation"), f"{where}.generation"),
+        "observed_generation": integer(status.get("observedGeneration"), f"{where}.observedGeneration"),
+        "ready": condition_true(status, "Ready"), "node": str(spec.get("nodeName") or ""),
+        "deleting": meta.get("deletionTimestamp") is not None,
+    }
+    pending = condition(status, "PodResizePending")
+    observation = PodObservation(**common, containers={v.name: o for v, o in pairs},
+                                 resize_pending_message=str((pending or {}).get("message") or ""),
+                                 phase=str(status.get("phase", "")), **resize)
+    if status.get("phase") != "Running" or not common["node"]:
+        return None, observation
+    kind, workload = owner_of(ns, name, list(meta.get("ownerReferences") or ()), meta.get("labels") or {})
+    progress = condition(status, "PodResizeInProgress")
+    view = PodView(
+        **common, **resize, pool=pool_of_node.get(common["node"], ""), workload_kind=kind, workload_name=workload,
+        priority=integer(spec.get("priority"), f"{where}.priority"), qos=_qos(status, spec, where),
+        created_s=timestamp_s(meta.get("creationTimestamp"), f"{where}.creationTimestamp"),
+        restart_policy=str(spec.get("restartPolicy") or "Always"), containers=tuple(v for v, _ in pairs),
+        annotations=string_map(meta.get("annotations"), f"{where}.annotations"),
+        labels=string_map(meta.get("labels"), f"{where}.labels"),
+        pod_level=optional_resources((spec.get("resources") or {}).get("requests"), f"{where}.spec.resources"),
+        resize_in_progress_since_s=optional_timestamp_s((progress or {}).get("lastTransitionTime"),
+                                                        f"{where}.PodResizeInProgress"),
+    )
+    return view, observation

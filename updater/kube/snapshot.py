@@ -1,0 +1,227 @@
+"""One consistent-enough read of the cluster for a planning pass: ``ClusterReader.read()`` -> ``Snapshot``.
+
+Owns listing everything the planner and the rollout need, once per kind (cluster-wide, or once per
+namespace when namespaces are given), as raw JSON, and converting it into the core's values: pods
+(bound, not Pending, not Succeeded) with their top-level workload and pool, pod observations, VPA
+targets with replicas, HPAs, merged LimitRanges, nodes, parsed ResizePolicies, restart approvals, and
+what the API server supports. Support is judged from ``/version`` alone: the ``pods/resize``
+subresource exists from 1.32; pod-level in-place resize (KEP-5419) is beta and on by default from 1.36
+(alpha and off in 1.35, so 1.35 counts as unsupported; a feature gate turned off on a 1.36+ cluster is
+not seen here and shows up as a rejected resize). An object with a malformed field is skipped with a
+warning and counted in ``Snapshot.skipped``; an API failure raises a ``KubeError`` (``errors.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from kubernetes import client
+
+from recommender.kube.errors import classify
+from updater.kube.errors import Listing, SnapshotError, list_raw
+from updater.kube.fields import MalformedObject, Obj
+from updater.kube.objects import (
+    container_limits,
+    convert_hpa,
+    convert_node,
+    convert_vpa,
+    merge_by_namespace,
+    vpa_target_key,
+)
+from updater.kube.pods import convert_pod
+from updater.kube.policy_crd import GROUP as POLICY_GROUP
+from updater.kube.policy_crd import PLURAL as POLICY_PLURAL
+from updater.kube.policy_crd import VERSION as POLICY_VERSION
+from updater.kube.policy_crd import PolicyError, parse_policy, select_policy
+from updater.kube.workloads import WorkloadIndex, WorkloadKey
+from updater.observe import PodObservation
+from updater.policy.types import HpaView, LimitRangeView, NodeView, PodView, RolloutPolicy, WorkloadTarget
+
+log = logging.getLogger("podtailor.updater.kube")
+T = TypeVar("T")
+VPA_GROUP, VPA_VERSION, VPA_PLURAL = "autoscaling.k8s.io", "v1", "verticalpodautoscalers"
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Pending,status.phase!=Succeeded"
+"""Bound pods that have started and not completed: Running ones become PodViews; Failed/Unknown ones are
+kept as observations only (a canary that failed must be seen)."""
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerVersion:
+    major: int
+    minor: int
+    git_version: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    pods: tuple[PodView, ...]
+    """Running pods on a node, including ones being deleted (``deleting``)."""
+    observations: Mapping[str, PodObservation]
+    """Keyed "namespace/name"; also Failed and Unknown pods."""
+    targets: tuple[WorkloadTarget, ...]
+    hpas: tuple[HpaView, ...]
+    limit_ranges: tuple[LimitRangeView, ...]
+    """One per namespace that has Container limits (merged, tightest wins)."""
+    nodes: tuple[NodeView, ...]
+    policies: tuple[RolloutPolicy, ...]
+    """Every ResizePolicy that parsed; see ``policy_errors`` and ``policy_for``."""
+    policy_errors: tuple[str, ...] = ()
+    """ResizePolicies that did not parse: while any exists, ``policy_for`` refuses to choose."""
+    approvals: frozenset[WorkloadKey] = frozenset()
+    """(namespace, kind, name) of workloads annotated podtailor.io/approve-restart: "true"."""
+    server_version: ServerVersion
+    pod_level_resize_supported: bool
+    resize_subresource_supported: bool
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    """Objects left out because a field could not be read, per kind (each one logged as a warning)."""
+
+    def policy_for(self, namespace: str) -> RolloutPolicy:
+        """The policy that applies to ``namespace`` (``select_policy``); raises PolicyError while any
+        ResizePolicy is unreadable, since the bad one might have been the stricter one."""
+        if self.policy_errors:
+            raise PolicyError("; ".join(self.policy_errors))
+        return select_policy(self.policies, namespace)
+
+
+def parse_version(major: str, minor: str, git_version: str) -> ServerVersion:
+    """"1", "37+" (providers append "+") -> 1.37."""
+    m_major, m_minor = re.match(r"^(\d+)", major or ""), re.match(r"^(\d+)", minor or "")
+    if m_major is None or m_minor is None:
+        m = re.match(r"^v(\d+)\.(\d+)", git_version or "")
+        if m is None:
+            raise SnapshotError(f"unreadable server version {major!r}.{minor!r} ({git_version!r})")
+        return ServerVersion(major=int(m[1]), minor=int(m[2]), git_version=git_version)
+    return ServerVersion(major=int(m_major[1]), minor=int(m_minor[1]), git_version=git_version)
+
+
+class ClusterReader:
+    """Reads a Snapshot; holds nothing between reads but the API clients."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+        batch, custom = client.BatchV1Api(api_client), client.CustomObjectsApi(api_client)
+        hpa = client.AutoscalingV2Api(api_client)
+        self.version_api: Any = client.VersionApi(api_client)  # raw JSON calls: typed as Any
+
+        def custom_list(group: str, version: str, plural: str) -> Callable[..., Any]:
+            def call(*ns: str, **kw: Any) -> Any:
+                if ns:
+                    return custom.list_namespaced_custom_object(group, version, ns[0], plural, **kw)
+                return custom.list_cluster_custom_object(group, version, plural, **kw)
+            return call
+
+        def kind(group: str, resource: str, namespaced: Callable[..., Any], every: Callable[..., Any]) -> Listing:
+            return Listing(group=group, resource=resource,
+                           call=lambda *ns, **kw: namespaced(*ns, **kw) if ns else every(**kw))
+
+        self.listings: dict[str, Listing] = {
+            "Pod": kind("", "pods", core.list_namespaced_pod, core.list_pod_for_all_namespaces),
+            "Node": Listing(group="", resource="nodes", call=core.list_node, namespaced=False),
+            "LimitRange": kind("", "limitranges", core.list_namespaced_limit_range,
+                               core.list_limit_range_for_all_namespaces),
+            "Deployment": kind("apps", "deployments", apps.list_namespaced_deployment,
+                               apps.list_deployment_for_all_namespaces),
+            "StatefulSet": kind("apps", "statefulsets", apps.list_namespaced_stateful_set,
+                                apps.list_stateful_set_for_all_namespaces),
+            "DaemonSet": kind("apps", "daemonsets", apps.list_namespaced_daemon_set,
+                              apps.list_daemon_set_for_all_namespaces),
+            "ReplicaSet": kind("apps", "replicasets", apps.list_namespaced_replica_set,
+                               apps.list_replica_set_for_all_namespaces),
+            "Job": kind("batch", "jobs", batch.list_namespaced_job, batch.list_job_for_all_namespaces),
+            "CronJob": kind("batch", "cronjobs", batch.list_namespaced_cron_job,
+                            batch.list_cron_job_for_all_namespaces),
+            "HorizontalPodAutoscaler": kind("autoscaling", "horizontalpodautoscalers",
+                                            hpa.list_namespaced_horizontal_pod_autoscaler,
+                                            hpa.list_horizontal_pod_autoscaler_for_all_namespaces),
+            # Without the VPA CRD there are no targets; without ours, no policies (the defaults apply).
+            "VerticalPodAutoscaler": Listing(group=VPA_GROUP, resource=VPA_PLURAL, optional=True,
+                                             call=custom_list(VPA_GROUP, VPA_VERSION, VPA_PLURAL)),
+            "ResizePolicy": Listing(group=POLICY_GROUP, resource=POLICY_PLURAL, namespaced=False, optional=True,
+                                    call=custom_list(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL)),
+        }
+
+    def _list(self, kind: str, namespaces: Sequence[str], **kwargs: Any) -> list[Obj]:
+        listing = self.listings[kind]
+        if not listing.namespaced or not namespaces:
+            return list_raw(listing, None, **kwargs)
+        return [obj for ns in namespaces for obj in list_raw(listing, ns, **kwargs)]
+
+    def server_version(self) -> ServerVersion:
+        try:
+            body = json.loads(self.version_api.get_code(_preload_content=False).data)
+        except Exception as err:
+            raise classify(err, "read /version") from err
+        return parse_version(str(body.get("major", "")), str(body.get("minor", "")), str(body.get("gitVersion", "")))
+
+    def read(self, policy_pool_label: str | None = None, namespaces: Sequence[str] = ()) -> Snapshot:
+        """List every kind once and convert; ``policy_pool_label``: the node label naming pools (None or ""
+        for the first present of the common keys); ``namespaces``: only these (empty: all)."""
+        version = self.server_version()
+        raw = {kind: self._list(kind, namespaces, **({"field_selector": POD_FIELD_SELECTOR} if kind == "Pod" else {}))
+               for kind in self.listings}
+        return build_snapshot(raw, version, policy_pool_label)
+
+
+def _convert_all(kind: str, objs: Sequence[Obj], convert: Callable[[Obj], T], skipped: dict[str, int]) -> list[T]:
+    out = []
+    for obj in objs:
+        try:
+            out.append(convert(obj))
+        except (MalformedObject, KeyError, TypeError, AttributeError, ValueError) as err:
+            meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+            log.warning("skipping malformed object", extra={"kind": kind, "namespace": meta.get("namespace"),
+                                                            "object": meta.get("name"), "error": str(err)})
+            skipped[kind] = skipped.get(kind, 0) + 1
+    return out
+
+
+def _policies(objs: Sequence[Obj]) -> tuple[tuple[RolloutPolicy, ...], tuple[str, ...]]:
+    policies, errors = [], []
+    for obj in objs:
+        try:
+            policies.append(parse_policy(obj))
+        except PolicyError as err:
+            log.warning("unreadable ResizePolicy", extra={"error": str(err)})
+            errors.append(str(err))
+    return tuple(sorted(policies, key=lambda p: p.name)), tuple(errors)
+
+
+def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
+                   policy_pool_label: str | None = None) -> Snapshot:
+    """The conversion half of ``read`` (pure apart from warnings): raw items per kind -> Snapshot."""
+    skipped: dict[str, int] = {}
+    index = WorkloadIndex()
+    for kind in WORKLOAD_KINDS:
+        index.add(kind, raw.get(kind, ()))
+    nodes = _convert_all("Node", raw.get("Node", ()), lambda o: convert_node(o, policy_pool_label), skipped)
+    pools = {n.name: n.pool for n in nodes}
+    converted = _convert_all("Pod", raw.get("Pod", ()), lambda o: convert_pod(o, pools, index.top_owner), skipped)
+    pods = tuple(view for view, _ in converted if view is not None)
+    counts: dict[WorkloadKey, int] = {}
+    for pod in pods:
+        key = (pod.namespace, pod.workload_kind, pod.workload_name)
+        counts[key] = counts.get(key, 0) + 1
+
+    def target(obj: Obj) -> WorkloadTarget:
+        key = vpa_target_key(obj)
+        replicas = index.replicas_of(key)
+        return convert_vpa(obj, counts.get(key, 0) if replicas is None else replicas)
+
+    policies, policy_errors = _policies(raw.get("ResizePolicy", ()))
+    return Snapshot(
+        pods=pods, observations={obs.key: obs for _, obs in converted},
+        targets=tuple(_convert_all("VerticalPodAutoscaler", raw.get("VerticalPodAutoscaler", ()), target, skipped)),
+        hpas=tuple(_convert_all("HorizontalPodAutoscaler", raw.get("HorizontalPodAutoscaler", ()), convert_hpa,
+                                skipped)),
+        limit_ranges=merge_by_namespace(_convert_all("LimitRange", raw.get("LimitRange", ()), container_limits,
+                                                     skipped)),
+        nodes=tuple(nodes), policies=policies, policy_errors=policy_errors, approvals=frozenset(index.approvals),
+        server_version=version, resize_subresource_supported=(version.major, version.minor) >= (1, 32),
+        pod_level_resize_supported=(version.major, version.minor) >= (1, 36), skipped=skipped,
+    )

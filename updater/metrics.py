@@ -1,0 +1,20 @@
+"""The updater's own metrics, on an injected prometheus_client registry (no pod names as labels)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class UpdaterMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.passes = Counter("podtailor_updater_passes", "Updater passes by outcome", ["outcome"], registry=registry)
+        self.pass_seconds = Histogram("podtailor_updater_pass_seconds", "Wall time of one pass", registry=registry,
+                                      buckets=(0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60))
+        self.resizes = Counter("podtailor_updater_resizes", "Resize requests sent", registry=registry)
+        self.writes = Counter("podtailor_updater_api_writes", "API writes (journal, resizes, objects)",
+                              registry=registry)
+        self.rollouts_started = Counter("podtailor_updater_rollouts_started", "Rollouts started",
+                                        registry=registry)
+        self.open_rollouts = Gauge("podtailor_updater_open_rollouts", "Rollouts not yet completed", registry=registry)
+        self.last_success = Gauge("podtailor_updater_last_success_timestamp_seconds",
+                                  "Unix time of the last pass that completed", registry=registry)

@@ -1,0 +1,295 @@
+"""The Decide step: one ``PodDecision`` per pod, with an Action, a Reason and a human message.
+
+Owns the order of the checks. First the pod itself: deleting, no target, update mode (Off and Initial are
+never acted on; Recreate and Auto are treated like InPlaceOrRecreate, because we resize in place first and
+evict only as the fallback; InPlace never falls back), policy coverage (namespaces, excluded namespaces,
+``workload_selector`` matched against the pod's labels because workload labels are not in the view; a pod
+without labels never matches a non-empty selector), frozen pool, unknown node, a resize in flight (Infeasible,
+and Deferred or InProgress past their timeouts, go to the fallback), not Ready, too young, BestEffort (never
+gains requests in place; left alone, unlike VPA which evicts them forever, autoscaler#9374). Then the change:
+below the threshold (or within bounds), stale target with only decreases, QoS class change (fallback),
+pod-level resources unsupported, above the node's allocatable (fallback), restartPolicy Never with a
+restarting change (fallback), restarting change outside the maintenance window or awaiting approval (skips).
+A fallback is taken only when allowed: policy fallback not none, mode not InPlace, the pod has a controller,
+the workload has more than one replica (unless allowed) and the pod is not marked do-not-disrupt; otherwise
+the pod is skipped, with the reason that blocked it and the fallback it would have taken in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from recommender.model.types import Resources
+from updater.policy import changes as ch
+from updater.policy.types import (
+    Action,
+    ContainerChange,
+    FallbackMode,
+    LimitRangeView,
+    NodeView,
+    PodDecision,
+    PodView,
+    QoS,
+    Reason,
+    RolloutPolicy,
+    WorkloadTarget,
+)
+
+WorkloadKey = tuple[str, str, str]
+ACTED_MODES = frozenset({"InPlaceOrRecreate", "InPlace", "Auto", "Recreate"})
+DO_NOT_DISRUPT = (("karpenter.sh/do-not-disrupt", "true"), ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Context:
+    """Everything a decision needs besides the pod, indexed once per plan."""
+
+    policy: RolloutPolicy
+    now_s: float
+    targets: Mapping[WorkloadKey, WorkloadTarget]
+    hpa_resources: Mapping[WorkloadKey, frozenset[str]]
+    limit_ranges: Mapping[str, LimitRangeView]
+    nodes: Mapping[str, NodeView]
+    frozen: Mapping[str, str]
+    approvals: frozenset[WorkloadKey]
+    pod_level_resize_supported: bool
+    restart_window_open: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    action: Action
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Proposal:
+    changes: tuple[ContainerChange, ...]
+    """Every container of the pod, unchanged ones included."""
+    new_pod_level: Resources | None = None
+
+    @property
+    def active(self) -> tuple[ContainerChange, ...]:
+        return tuple(c for c in self.changes if not ch.is_noop(c))
+
+    @property
+    def size(self) -> float:
+        return max((ch.relative_change(c) for c in self.changes), default=0.0)
+
+
+def workload_key(pod: PodView) -> WorkloadKey:
+    return (pod.namespace, pod.workload_kind, pod.workload_name)
+
+
+def _skip(reason: Reason, message: str) -> Verdict:
+    return Verdict(action=Action.SKIP, reason=reason, message=message)
+
+
+def _age(since_s: float | None, now_s: float) -> float | None:
+    return None if since_s is None else now_s - since_s
+
+
+def not_covered(pod: PodView, policy: RolloutPolicy) -> str | None:
+    if policy.namespaces and pod.namespace not in policy.namespaces:
+        return f"namespace {pod.namespace} is not in policy {policy.name}"
+    if pod.namespace in policy.excluded_namespaces:
+        return f"namespace {pod.namespace} is excluded by policy {policy.name}"
+    if any(pod.labels.get(k) != v for k, v in policy.workload_selector.items()):
+        return f"pod labels do not match the workload selector of policy {policy.name}"
+    return None
+
+
+def fallback(pod: PodView, target: WorkloadTarget, ctx: Context, reason: Reason, message: str) -> Verdict:
+    """FALLBACK when the pod may be replaced, else SKIP with what blocked it."""
+    policy = ctx.policy
+    if policy.fallback == FallbackMode.NONE:
+        return _skip(reason, f"fallback disabled: {message}")
+    if target.update_mode == "InPlace":
+        return _skip(reason, f"update mode InPlace never falls back: {message}")
+    if pod.workload_kind == "Pod":
+        return _skip(Reason.NO_CONTROLLER, f"bare pod, replacing it would lose it: {message}")
+    if target.replicas <= 1 and not policy.allow_single_replica_eviction:
+        return _skip(Reason.SINGLE_REPLICA, f"single replica, not replaced: {message}")
+    for key, value in DO_NOT_DISRUPT:
+        if pod.annotations.get(key) == value:
+            return _skip(Reason.DO_NOT_DISRUPT, f"annotated {key}={value}: {message}")
+    return Verdict(action=Action.FALLBACK, reason=reason, message=f"{message} -> {policy.fallback.value}")
+
+
+def _in_flight(pod: PodView, target: WorkloadTarget, ctx: Context) -> Verdict | None:
+    policy, now = ctx.policy, ctx.now_s
+    if pod.resize_pending == "Infeasible":
+        return fallback(pod, target, ctx, Reason.INFEASIBLE, "PodResizePending Infeasible: the node cannot fit it")
+    if pod.resize_pending is not None:
+        age = _age(pod.resize_pending_since_s, now)
+        if pod.resize_pending == "Deferred" and age is not None and age > policy.deferred_timeout_s:
+            return fallback(pod, target, ctx, Reason.DEFERRED_TIMEOUT,
+                            f"resize Deferred for {age:.0f}s (timeout {policy.deferred_timeout_s:.0f}s)")
+        shown = "unknown" if age is None else f"{age:.0f}s"
+        return _skip(Reason.RESIZE_IN_FLIGHT, f"resize pending ({pod.resize_pending}) for {shown}")
+    if pod.resize_in_progress:
+        age = _age(pod.resize_in_progress_since_s, now)
+        error = f", error: {pod.resize_error}" if pod.resize_error else ""
+        if age is not None and age > policy.in_progress_timeout_s:
+            return fallback(pod, target, ctx, Reason.IN_PROGRESS_TIMEOUT,
+                            f"resize in progress for {age:.0f}s (timeout {policy.in_progress_timeout_s:.0f}s){error}")
+        return _skip(Reason.RESIZE_IN_FLIGHT, f"resize in progress{error}")
+    if 0 < pod.observed_generation < pod.generation:
+        return _skip(Reason.RESIZE_IN_FLIGHT,
+                     f"kubelet observed generation {pod.observed_generation} < {pod.generation}")
+    return None
+
+
+def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Verdict | None:
+    if pod.deleting:
+        return _skip(Reason.DELETING, "pod is being deleted")
+    if target is None:
+        return _skip(Reason.NO_TARGET, f"no recommendation for {pod.workload_kind}/{pod.workload_name}")
+    if target.update_mode not in ACTED_MODES:
+        return _skip(Reason.UPDATE_MODE, f"VPA {target.vpa_name} update mode {target.update_mode} is not acted on")
+    why = not_covered(pod, ctx.policy)
+    if why is not None:
+        return _skip(Reason.NOT_COVERED, why)
+    if pod.pool in ctx.frozen:
+        return _skip(Reason.POOL_FROZEN, f"pool {pod.pool!r} frozen: {ctx.frozen[pod.pool]}")
+    if pod.node not in ctx.nodes:
+        return _skip(Reason.NODE_UNKNOWN, f"node {pod.node!r} is not in the snapshot")
+    return _in_flight(pod, target, ctx) or _pod_state(pod, ctx)
+
+
+def _pod_state(pod: PodView, ctx: Context) -> Verdict | None:
+    if not pod.ready:
+        return _skip(Reason.NOT_READY, "pod is not Ready")
+    age = ctx.now_s - pod.created_s
+    if age < ctx.policy.min_pod_age_s:
+        return _skip(Reason.TOO_YOUNG, f"pod is {age:.0f}s old (minimum {ctx.policy.min_pod_age_s:.0f}s)")
+    pairs = ((c.requests, c.limits) for c in pod.containers)
+    if pod.qos == QoS.BEST_EFFORT or ch.qos_class(pairs) == QoS.BEST_EFFORT:
+        return _skip(Reason.BEST_EFFORT, "BestEffort pods cannot gain requests in place; left alone")
+    return None
+
+
+def propose(pod: PodView, target: WorkloadTarget, ctx: Context, *, no_decrease: bool) -> Proposal:
+    key = workload_key(pod)
+    cons = ch.Constraints(limit_range=ctx.limit_ranges.get(pod.namespace),
+                          hpa_resources=ctx.hpa_resources.get(key, frozenset()), no_decrease=no_decrease,
+                          keep_limit_ratio=ctx.policy.keep_limit_ratio)
+    out = []
+    for view in pod.containers:
+        spec = target.containers.get(view.name)
+        if spec is None:
+            out.append(ContainerChange(name=view.name, old_requests=view.requests, old_limits=view.limits,
+                                       new_requests=view.requests, new_limits=view.limits, restarts=False))
+        else:
+            out.append(ch.container_change(view, spec, cons))
+    return Proposal(changes=tuple(out), new_pod_level=pod_level(pod.pod_level, tuple(out)))
+
+
+def pod_level(old: Resources | None, changes: tuple[ContainerChange, ...]) -> Resources | None:
+    """Scale each pod-level request by (sum of new container requests) / (sum of old ones), rounding up, and
+    never below the new sum (the API requires pod-level >= the containers' aggregate). None: unchanged."""
+    if old is None:
+        return None
+    new = old
+    for name in ch.RESOURCES:
+        amount = ch.get(old, name)
+        if amount is None:
+            continue
+        before = sum(ch.get(c.old_requests, name) or 0 for c in changes)
+        after = sum(ch.get(c.new_requests, name) or 0 for c in changes)
+        scaled = -(-amount * after // before) if before > 0 else amount
+        new = ch.put(new, name, max(1, scaled, after))
+    return None if new == old else new
+
+
+def _inside_bounds(pod: PodView, target: WorkloadTarget) -> bool:
+    return all(ch.inside_bounds(view, target.containers[view.name])
+               for view in pod.containers if view.name in target.containers)
+
+
+def _significance(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal) -> Verdict | None:
+    threshold = ctx.policy.change_threshold
+    if proposal.active and proposal.size >= threshold:
+        return None
+    if target.stale:
+        raw = propose(pod, target, ctx, no_decrease=False)
+        if raw.active and raw.size >= threshold:
+            return _skip(Reason.STALE_TARGET, f"target is stale: decrease of {raw.size:.0%} not applied")
+    if _inside_bounds(pod, target):
+        return _skip(Reason.WITHIN_BOUNDS, f"requests within bounds, change {proposal.size:.0%} < {threshold:.0%}")
+    return _skip(Reason.BELOW_THRESHOLD, f"change {proposal.size:.0%} < threshold {threshold:.0%}")
+
+
+def _new_totals(proposal: Proposal) -> Resources:
+    if proposal.new_pod_level is not None:
+        return proposal.new_pod_level
+    cpu = sum(ch.get(c.new_requests, "cpu") or 0 for c in proposal.changes)
+    memory = sum(ch.get(c.new_requests, "memory") or 0 for c in proposal.changes)
+    return Resources(cpu_millicores=cpu, memory_bytes=memory)
+
+
+def _above_node(node: NodeView, proposal: Proposal) -> str | None:
+    totals = _new_totals(proposal)
+    for name in ch.RESOURCES:
+        want, have = ch.get(totals, name), ch.get(node.allocatable, name)
+        if want is not None and have is not None and want > have:
+            return f"{name} requests {want} > node {node.name} allocatable {have}"
+    return None
+
+
+def _feasibility(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal) -> Verdict | None:
+    before = ch.qos_class((c.old_requests, c.old_limits) for c in proposal.changes)
+    after = ch.qos_class((c.new_requests, c.new_limits) for c in proposal.changes)
+    if before != after:
+        return fallback(pod, target, ctx, Reason.QOS_WOULD_CHANGE, f"QoS class would change {before} -> {after}")
+    if pod.pod_level is not None and not ctx.pod_level_resize_supported:
+        return _skip(Reason.POD_LEVEL_UNSUPPORTED, "pod-level resources cannot be resized on this cluster")
+    why = _above_node(ctx.nodes[pod.node], proposal)
+    if why is not None:
+        return fallback(pod, target, ctx, Reason.ABOVE_NODE, why)
+    restarting = [c.name for c in proposal.active if c.restarts]
+    if restarting and pod.restart_policy == "Never":
+        return fallback(pod, target, ctx, Reason.NEVER_RESTART,
+                        f"restartPolicy Never but RestartContainer on changed resources of {', '.join(restarting)}")
+    return None
+
+
+def _restart_gates(pod: PodView, ctx: Context, restarting: list[str]) -> Verdict:
+    names = ", ".join(restarting)
+    if not ctx.restart_window_open:
+        return _skip(Reason.OUTSIDE_WINDOW, f"restarting change ({names}) waits for a maintenance window")
+    if ctx.policy.require_approval_for_restart and workload_key(pod) not in ctx.approvals:
+        return _skip(Reason.AWAITING_APPROVAL,
+                     f"restarting change ({names}) needs podtailor.io/approve-restart=true on "
+                     f"{pod.workload_kind}/{pod.workload_name}")
+    return Verdict(action=Action.RESIZE_RESTART, reason=Reason.CHANGE, message=f"resize restarts {names}")
+
+
+def judge(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal) -> Verdict:
+    verdict = _significance(pod, target, ctx, proposal) or _feasibility(pod, target, ctx, proposal)
+    if verdict is not None:
+        return verdict
+    restarting = [c.name for c in proposal.active if c.restarts]
+    if restarting:
+        return _restart_gates(pod, ctx, restarting)
+    return Verdict(action=Action.RESIZE_ONLINE, reason=Reason.CHANGE,
+                   message=f"resize in place, largest request change {proposal.size:.0%}")
+
+
+def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
+    """The pod's decision, and the proposal it was based on (None when the pod was skipped before it)."""
+    target = ctx.targets.get(workload_key(pod))
+    verdict = _pod_checks(pod, target, ctx)
+    proposal: Proposal | None = None
+    if target is not None and (verdict is None or verdict.action == Action.FALLBACK):
+        proposal = propose(pod, target, ctx, no_decrease=target.stale)
+        verdict = verdict or judge(pod, target, ctx, proposal)
+    assert verdict is not None
+    decision = PodDecision(
+        namespace=pod.namespace, pod=pod.name, uid=pod.uid, resource_version=pod.resource_version, pool=pod.pool,
+        workload_kind=pod.workload_kind, workload_name=pod.workload_name, action=verdict.action,
+        reason=verdict.reason, message=verdict.message, changes=() if proposal is None else proposal.active,
+        old_pod_level=pod.pod_level, new_pod_level=None if proposal is None else proposal.new_pod_level)
+    return decision, proposal

@@ -1,0 +1,125 @@
+"""The planner: snapshot values in, a ``Plan`` out (decide every pod, then batch the actionable ones).
+
+Owns ``plan()``, the pure entry point of the updater's core, and ``summary()`` for the ``plan`` command.
+It indexes the inputs once (targets and HPAs by workload, LimitRanges by namespace, merged tightest-wins when
+a namespace has several; nodes by name), computes the frozen pools and whether a maintenance window is open,
+decides each pod (``decide.py``) and batches the RESIZE_ONLINE and RESIZE_RESTART pods per pool
+(``batching.py``). FALLBACK pods are in the decisions but in no batch: the executor's fallback path takes
+them. Nothing here acts, logs or reads the clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from updater.policy import changes as ch
+from updater.policy.batching import Candidate, build_batches, frozen_pools
+from updater.policy.decide import Context, WorkloadKey, decide, workload_key
+from updater.policy.types import (
+    Action,
+    HpaView,
+    LimitRangeView,
+    NodeView,
+    Plan,
+    PodView,
+    RolloutPolicy,
+    WorkloadTarget,
+)
+from updater.policy.windows import restart_allowed_now
+
+ACTIONABLE = frozenset({Action.RESIZE_ONLINE, Action.RESIZE_RESTART})
+
+
+def _tighter(a: int | None, b: int | None, pick: Any) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return int(pick(a, b))
+
+
+def _tighter_ratio(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def merge_limit_ranges(a: LimitRangeView, b: LimitRangeView) -> LimitRangeView:
+    """The tightest of two LimitRanges of one namespace: highest min, lowest max, lowest ratio."""
+    lo, hi = a.min, a.max
+    for name in ch.RESOURCES:
+        lo = ch.put(lo, name, _tighter(ch.get(lo, name), ch.get(b.min, name), max))
+        hi = ch.put(hi, name, _tighter(ch.get(hi, name), ch.get(b.max, name), min))
+    return replace(a, min=lo, max=hi,
+                   max_limit_request_ratio_cpu=_tighter_ratio(a.max_limit_request_ratio_cpu,
+                                                              b.max_limit_request_ratio_cpu),
+                   max_limit_request_ratio_memory=_tighter_ratio(a.max_limit_request_ratio_memory,
+                                                                 b.max_limit_request_ratio_memory))
+
+
+def _index_limit_ranges(limit_ranges: Iterable[LimitRangeView]) -> dict[str, LimitRangeView]:
+    out: dict[str, LimitRangeView] = {}
+    for lr in limit_ranges:
+        out[lr.namespace] = merge_limit_ranges(out[lr.namespace], lr) if lr.namespace in out else lr
+    return out
+
+
+def _index_hpas(hpas: Iterable[HpaView]) -> dict[WorkloadKey, frozenset[str]]:
+    out: dict[WorkloadKey, frozenset[str]] = defaultdict(frozenset)
+    for h in hpas:
+        key = (h.namespace, h.workload_kind, h.workload_name)
+        out[key] = out[key] | h.utilization_resources
+    return dict(out)
+
+
+def plan(*, pods: Iterable[PodView], targets: Iterable[WorkloadTarget], hpas: Iterable[HpaView],
+         limit_ranges: Iterable[LimitRangeView], nodes: Iterable[NodeView], policy: RolloutPolicy, now_s: float,
+         approvals: frozenset[WorkloadKey] = frozenset(), pod_level_resize_supported: bool = True) -> Plan:
+    """Decide every pod and batch the resizes. ``approvals`` holds (namespace, workload kind, workload name)
+    of workloads whose restarting changes are approved; ``now_s`` is UTC epoch seconds."""
+    node_list = list(nodes)
+    frozen = frozen_pools(node_list, policy.unhealthy_pool_fraction)
+    ctx = Context(
+        policy=policy, now_s=now_s,
+        targets={(t.namespace, t.workload_kind, t.workload_name): t for t in targets},
+        hpa_resources=_index_hpas(hpas), limit_ranges=_index_limit_ranges(limit_ranges),
+        nodes={n.name: n for n in node_list}, frozen=frozen, approvals=approvals,
+        pod_level_resize_supported=pod_level_resize_supported,
+        restart_window_open=restart_allowed_now(policy.maintenance_windows, now_s))
+    decisions = []
+    candidates = []
+    for pod in pods:
+        decision, _ = decide(pod, ctx)
+        decisions.append(decision)
+        if decision.action in ACTIONABLE:
+            target = ctx.targets[workload_key(pod)]
+            candidates.append(Candidate(
+                key=decision.key, pool=pod.pool, workload=workload_key(pod), replicas=target.replicas,
+                restarts=decision.action == Action.RESIZE_RESTART, priority=pod.priority, qos=pod.qos,
+                created_s=pod.created_s))
+    return Plan(decisions=tuple(decisions), batches=build_batches(candidates, policy), frozen_pools=frozen)
+
+
+def _counts(values: Iterable[str]) -> dict[str, int]:
+    return dict(sorted(Counter(values).items()))
+
+
+def summary(result: Plan) -> dict[str, Any]:
+    """Counts for the ``plan`` command: totals, and per pool the actions, reasons and batch sizes."""
+    by_pool: dict[str, list[Any]] = defaultdict(list)
+    for d in result.decisions:
+        by_pool[d.pool].append(d)
+    batches: dict[str, list[int]] = defaultdict(list)
+    for b in result.batches:
+        batches[b.pool].append(len(b.pods))
+    pools: dict[str, Mapping[str, Any]] = {}
+    for pool in sorted(set(by_pool) | set(result.frozen_pools)):
+        items = by_pool.get(pool, [])
+        pools[pool] = {"pods": len(items), "actions": _counts(d.action.value for d in items),
+                       "reasons": _counts(d.reason.value for d in items), "batches": batches.get(pool, []),
+                       "frozen": result.frozen_pools.get(pool)}
+    return {"pods": len(result.decisions), "actions": _counts(d.action.value for d in result.decisions),
+            "reasons": _counts(d.reason.value for d in result.decisions), "batches": len(result.batches),
+            "frozen_pools": dict(result.frozen_pools), "pools": pools}
+

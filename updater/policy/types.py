@@ -1,0 +1,294 @@
+"""Value types of the updater's pure core: what the planner is given and what it decides.
+
+Owns the contract between the Kubernetes adapters (which turn Pods, Nodes, VPAs, HPAs, LimitRanges and our
+ResizePolicy objects into these values), the planner (pure: values in, ``Plan`` out) and the executor
+(which acts on a ``Plan``). CPU is in millicores and memory in bytes, as integers. ``now_s`` is always an
+argument; nothing here imports a client, a logger or the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from recommender.model.types import Resources
+
+NOT_REQUIRED = "NotRequired"
+RESTART_CONTAINER = "RestartContainer"
+
+
+class QoS(enum.StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+class FallbackMode(enum.StrEnum):
+    EVICT = "evict"
+    TEMPLATE = "template"
+    NONE = "none"
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerView:
+    name: str
+    requests: Resources
+    limits: Resources
+    resize_policy: Mapping[str, str] = field(default_factory=dict)
+    """resource ("cpu"/"memory") -> NotRequired | RestartContainer; missing means NotRequired."""
+    sidecar: bool = False
+    """A restartable init container (resizable like a regular container)."""
+    restart_count: int = 0
+    actual: Resources | None = None
+    """``status.containerStatuses[].resources.requests`` as the kubelet reports them (None: not reported)."""
+    actual_limits: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int
+    observed_generation: int
+    node: str
+    pool: str
+    """Node-pool name from the policy's pool label key on the pod's node ("" when the node has none)."""
+    workload_kind: str
+    workload_name: str
+    """Top-level owner (Deployment, StatefulSet, DaemonSet, Job, CronJob, or Pod for bare pods)."""
+    priority: int
+    qos: QoS
+    created_s: float
+    restart_policy: str
+    """Always | OnFailure | Never."""
+    ready: bool
+    containers: tuple[ContainerView, ...]
+    resize_pending: str | None = None
+    """Reason of the PodResizePending condition (Deferred | Infeasible), None when absent."""
+    resize_in_progress: bool = False
+    resize_error: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_level: Resources | None = None
+    """Pod-level ``spec.resources.requests`` (KEP-2837), None when not used."""
+    deleting: bool = False
+    resize_pending_since_s: float | None = None
+    """When the PodResizePending condition appeared (its lastTransitionTime), None when unknown or absent."""
+    resize_in_progress_since_s: float | None = None
+    """When the PodResizeInProgress condition appeared (its lastTransitionTime), None when unknown or absent."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Pod labels (the pod template's); the policy's workload_selector is matched against them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerTarget:
+    name: str
+    target: Resources
+    lower_bound: Resources
+    upper_bound: Resources
+    controlled_resources: frozenset[str] = frozenset({"cpu", "memory"})
+    controlled_values: str = "RequestsAndLimits"
+    """RequestsAndLimits (limits scaled to keep the ratio) or RequestsOnly (limits untouched)."""
+    min_allowed: Resources = field(default_factory=Resources)
+    max_allowed: Resources = field(default_factory=Resources)
+    mode_off: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadTarget:
+    """The VPA recommendation for one workload."""
+
+    namespace: str
+    workload_kind: str
+    workload_name: str
+    vpa_name: str
+    update_mode: str
+    """Off | Initial | Recreate | InPlaceOrRecreate | InPlace | Auto; only the last four are acted on."""
+    containers: Mapping[str, ContainerTarget]
+    stale: bool = False
+    """The recommender marked it stale (no fresh data): never act on a decrease."""
+    replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HpaView:
+    namespace: str
+    workload_kind: str
+    workload_name: str
+    utilization_resources: frozenset[str]
+    """Resources the HPA scales on by utilization (percentage of request): their requests stay put."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitRangeView:
+    """The container constraints of a namespace's LimitRanges, merged (the tightest wins)."""
+
+    namespace: str
+    min: Resources = field(default_factory=Resources)
+    max: Resources = field(default_factory=Resources)
+    max_limit_request_ratio_cpu: float | None = None
+    max_limit_request_ratio_memory: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeView:
+    name: str
+    pool: str
+    ready: bool
+    memory_pressure: bool = False
+    allocatable: Resources = field(default_factory=Resources)
+    unschedulable: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ policy
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CanaryStep:
+    """One rung of the canary ladder: ``fraction`` of the pool's eligible pods (cumulative), at least one pod,
+    then ``bake_s`` seconds of watching the gates before the next rung."""
+
+    fraction: float
+    bake_s: float
+    gates: tuple[str, ...] = ("oom", "restarts", "ready", "throttling")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceWindow:
+    """Weekly window in UTC: days 0 = Monday .. 6 = Sunday, minutes from midnight [start, end)."""
+
+    days: frozenset[int]
+    start_minute: int
+    end_minute: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutPolicy:
+    """The ResizePolicy CRD as values, with the defaults that apply when no object exists."""
+
+    name: str = "default"
+    namespaces: frozenset[str] = frozenset()
+    """Namespaces covered (empty: all but the excluded ones)."""
+    excluded_namespaces: frozenset[str] = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+    workload_selector: Mapping[str, str] = field(default_factory=dict)
+    pool_label_key: str = ""
+    """Node label naming the pool; empty: the first present of the common keys (see planner)."""
+    steps: tuple[CanaryStep, ...] = (CanaryStep(fraction=0.0, bake_s=300.0), CanaryStep(fraction=0.05, bake_s=300.0),
+                                     CanaryStep(fraction=0.25, bake_s=600.0), CanaryStep(fraction=1.0, bake_s=0.0))
+    """Default ladder: one pod (fraction 0 means exactly one pod), 5%, 25%, 100%."""
+    max_concurrent: int = 50
+    """Resizes in flight across the cluster."""
+    max_concurrent_per_pool: int = 20
+    disruption_budget: float = 0.25
+    """Restarting changes: at most this fraction of a workload's replicas (at least 1) at once."""
+    maintenance_windows: tuple[MaintenanceWindow, ...] = ()
+    """Restarting changes only inside one of these (empty: any time, unless approval is required)."""
+    require_approval_for_restart: bool = False
+    """Restarting changes wait for the annotation podtailor.io/approve-restart=true on the workload."""
+    change_threshold: float = 0.10
+    """Skip unless some controlled request changes by at least this fraction (and the request is outside the
+    bounds or the change is above the threshold)."""
+    min_pod_age_s: float = 300.0
+    deferred_timeout_s: float = 300.0
+    in_progress_timeout_s: float = 3600.0
+    fallback: FallbackMode = FallbackMode.EVICT
+    allow_single_replica_eviction: bool = False
+    keep_limit_ratio: bool = True
+    unhealthy_pool_fraction: float = 0.0
+    """A pool with more than this fraction of nodes NotReady or under MemoryPressure is frozen (0: any)."""
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+class Action(enum.StrEnum):
+    SKIP = "skip"
+    RESIZE_ONLINE = "resize-online"
+    RESIZE_RESTART = "resize-restart"
+    FALLBACK = "fallback"
+
+
+class Reason(enum.StrEnum):
+    """Why a pod got its action; every skip and fallback says why."""
+
+    CHANGE = "change"
+    NO_TARGET = "no-target"
+    UPDATE_MODE = "update-mode-not-in-place"
+    WITHIN_BOUNDS = "within-bounds"
+    BELOW_THRESHOLD = "below-threshold"
+    TOO_YOUNG = "pod-too-young"
+    NOT_READY = "pod-not-ready"
+    RESIZE_IN_FLIGHT = "resize-in-flight"
+    STALE_TARGET = "stale-target-no-decrease"
+    QOS_WOULD_CHANGE = "qos-would-change"
+    BEST_EFFORT = "best-effort"
+    NEVER_RESTART = "restart-policy-never-needs-restart"
+    INFEASIBLE = "infeasible"
+    DEFERRED_TIMEOUT = "deferred-timeout"
+    ABOVE_NODE = "above-node-allocatable"
+    POOL_FROZEN = "pool-frozen"
+    NOT_COVERED = "not-covered-by-policy"
+    DELETING = "pod-deleting"
+    OUTSIDE_WINDOW = "outside-maintenance-window"
+    AWAITING_APPROVAL = "awaiting-restart-approval"
+    SINGLE_REPLICA = "single-replica-not-evicted"
+    DO_NOT_DISRUPT = "do-not-disrupt"
+    NO_CONTROLLER = "no-controller-not-evicted"
+    IN_PROGRESS_TIMEOUT = "in-progress-timeout"
+    POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"
+    NODE_UNKNOWN = "node-unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerChange:
+    name: str
+    old_requests: Resources
+    old_limits: Resources
+    new_requests: Resources
+    new_limits: Resources
+    restarts: bool
+    """Some changed resource has RestartContainer."""
+    notes: tuple[str, ...] = ()
+    """e.g. "cpu request kept: HPA scales on cpu utilization", "clamped to LimitRange max"."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodDecision:
+    namespace: str
+    pod: str
+    uid: str
+    resource_version: str
+    pool: str
+    workload_kind: str
+    workload_name: str
+    action: Action
+    reason: Reason
+    message: str = ""
+    changes: tuple[ContainerChange, ...] = ()
+    old_pod_level: Resources | None = None
+    """Pod-level requests before the change (None when the pod does not use pod-level resources)."""
+    new_pod_level: Resources | None = None
+    """Pod-level requests to write with the resize (None: leave ``spec.resources`` alone)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    pool: str
+    step: int
+    """Index into the policy's steps."""
+    pods: tuple[str, ...]
+    """Pod keys (namespace/name) in the order they are applied."""
+    bake_s: float
+    gates: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    decisions: tuple[PodDecision, ...]
+    batches: tuple[Batch, ...]
+    """Per pool, in step order; pools are independent of each other."""
+    frozen_pools: Mapping[str, str] = field(default_factory=dict)
+    """pool -> why it is frozen."""

@@ -1,0 +1,284 @@
+"""The updater pass: read the cluster, advance open rollouts, start rollouts for pools that need one.
+
+Owns acting on decisions. Per pass: one snapshot of the cluster; for each open rollout one step of the
+state machine, performed as "journal the intent, resize, journal the outcome", so a crash between any two
+writes is resumed without resizing a pod twice; for each pool without an open rollout, the planner's
+batches become a new ResizeRollout. A Halted rollout blocks its pool until a person sets ``spec.retry``
+(then it is closed as RolledBack and the pool is planned afresh). Concurrency is capped globally.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from recommender.kube.errors import KubeError
+from updater.observe import PodObservation
+from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
+from updater.rollout import machine
+from updater.rollout.fallback import fallback_entries, infeasible_uids, with_history
+from updater.rollout.journal import (
+    BatchRecord,
+    ContainerValues,
+    Entry,
+    EntryState,
+    Phase,
+    Rollout,
+)
+from updater.rollout.store import Conflict, rollout_name
+
+log = logging.getLogger("podtailor.updater")
+
+
+class Snapshot(Protocol):
+    pods: Sequence[PodView]
+    observations: Mapping[str, PodObservation]
+
+
+class Store(Protocol):
+    def list(self) -> list[Rollout]: ...
+
+    def create(self, r: Rollout) -> Rollout: ...
+
+    def save(self, r: Rollout) -> Rollout: ...
+
+    def retry_requested(self, name: str) -> bool: ...
+
+
+class Resizer(Protocol):
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
+               values: Sequence[ContainerValues]) -> int: ...
+
+
+class Evictions(Protocol):
+    def evict(self, namespace: str, pod: str, uid: str) -> None: ...
+
+
+class Templates(Protocol):
+    def read(self, namespace: str, kind: str, name: str,
+             containers: Sequence[str]) -> tuple[ContainerValues, ...] | None: ...
+
+    def patch(self, namespace: str, kind: str, name: str, values: Sequence[ContainerValues]) -> None: ...
+
+
+class Recorder(Protocol):
+    def record(self, *, namespace: str, kind: str, name: str, uid: str, reason: str, message: str,
+               warning: bool = False) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassResult:
+    started: tuple[str, ...] = ()
+    advanced: tuple[str, ...] = ()
+    resized: int = 0
+    writes: int = 0
+    plans: tuple[tuple[RolloutPolicy, Plan], ...] = field(default_factory=tuple)
+
+
+def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
+                obs: Mapping[str, PodObservation], pods: Mapping[str, PodView]) -> tuple[list[BatchRecord],
+                                                                                        list[Entry]]:
+    """The journal of a new rollout: the plan's batches for ``pool`` and an entry per pod in them."""
+    by_key = {d.key: d for d in decisions}
+    batches: list[BatchRecord] = []
+    entries: list[Entry] = []
+    for b in (b for b in plan.batches if b.pool == pool):
+        index = len(batches)
+        batches.append(BatchRecord(index=index, step=b.step, bake_s=b.bake_s, gates=tuple(b.gates)))
+        for key in b.pods:
+            d = by_key[key]
+            sidecars = {c.name for c in pods[key].containers if c.sidecar} if key in pods else set()
+            o = obs.get(key)
+            restarts = {c.name: (o.containers[c.name].restart_count if o and c.name in o.containers else 0)
+                        for c in d.changes}
+            entries.append(Entry(
+                namespace=d.namespace, pod=d.pod, uid=d.uid, workload_kind=d.workload_kind,
+                workload_name=d.workload_name, batch=index,
+                before=tuple(ContainerValues(name=c.name, requests=c.old_requests, limits=c.old_limits,
+                                             sidecar=c.name in sidecars) for c in d.changes),
+                after=tuple(ContainerValues(name=c.name, requests=c.new_requests, limits=c.new_limits,
+                                            sidecar=c.name in sidecars) for c in d.changes),
+                restarting=frozenset(c.name for c in d.changes if c.restarts), restarts_before=restarts))
+    return batches, entries
+
+
+class Executor:
+    def __init__(self, *, read: Callable[[], Any], planner: Callable[..., Plan], store: Store, resizer: Resizer,
+                 recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
+                 timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
+                 templates: Templates | None = None, metrics: Any = None) -> None:
+        self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
+        self.evictor, self.templates = evictor, templates
+        self.policy_of = policy
+        self.timeouts = timeouts
+        self.metrics = metrics
+        self.writes = 0
+        self.workloads: dict[tuple[str, str, str], machine.WorkloadObservation] = {}
+
+    def plan(self, now_s: float, rollouts: Sequence[Rollout] | None = None) -> tuple[Any, list[tuple[RolloutPolicy,
+                                                                                                      Plan]]]:
+        """One plan per policy, over the pods that policy covers (``policy(snapshot)`` groups them); pods whose
+        in-place resize a journal found Infeasible go to the fallback."""
+        snap = self.read()
+        known = infeasible_uids(rollouts if rollouts is not None else self.store.list())
+        plans = []
+        for policy, pods in self.policy_of(snap):
+            raw = self.planner(
+                pods=pods, targets=snap.targets, hpas=snap.hpas, limit_ranges=snap.limit_ranges, nodes=snap.nodes,
+                policy=policy, now_s=now_s, approvals=snap.approvals,
+                pod_level_resize_supported=snap.pod_level_resize_supported)
+            plans.append((policy, with_history(raw, known, policy)))
+        return snap, plans
+
+    def run_pass(self, now_s: float) -> PassResult:
+        everything = self.store.list()
+        snap, plans = self.plan(now_s, everything)
+        names = {p.name for p, _ in plans}
+        # Only the rollouts of policies that exist now: a deleted policy's rollouts stop where they are.
+        rollouts = [r for r in everything if r.phase not in (Phase.COMPLETED, Phase.ROLLED_BACK)
+                    and r.policy in names]
+        self.workloads = self._workloads(snap, rollouts)
+        in_flight = sum(1 for r in rollouts for e in r.entries if e.state in (EntryState.APPLYING, EntryState.APPLIED))
+        limit = min((p.max_concurrent for p, _ in plans), default=50)
+        slots = max(0, limit - in_flight)
+        writes_before, advanced, started, resized = self.writes, [], [], 0
+        by_name = {p.name: (p, plan) for p, plan in plans}
+        for r in sorted(rollouts, key=lambda r: r.name):
+            policy, plan = by_name.get(r.policy, (None, None))
+            timeouts = self._timeouts(policy)
+            frozen = plan is not None and r.pool in plan.frozen_pools
+            r, n = self._step(r, snap, now_s, slots, timeouts, frozen=frozen)
+            slots, resized = max(0, slots - n), resized + n
+            advanced.append(r.name)
+        busy = {(r.policy, r.pool) for r in rollouts}
+        pods = {f"{p.namespace}/{p.name}": p for p in snap.pods}
+        ready = {k: v.ready for k, v in self.workloads.items()}
+        replicas = {(t.namespace, t.workload_kind, t.workload_name): t.replicas for t in snap.targets}
+        for policy, plan in plans:
+            pools = {b.pool for b in plan.batches} | {d.pool for d in plan.decisions if d.action == Action.FALLBACK}
+            for pool in sorted(pools):
+                if (policy.name, pool) in busy or slots <= 0 or pool in plan.frozen_pools:
+                    continue
+                batches, entries = entries_for(plan.decisions, plan, pool, snap.observations, pods)
+                more_batches, more = fallback_entries(plan.decisions, pool, policy, ready, replicas, len(batches))
+                batches, entries = batches + more_batches, entries + more
+                if not entries:
+                    continue
+                new = self.store.create(Rollout(name=rollout_name(policy.name, pool, now_s), pool=pool,
+                                                policy=policy.name, batches=tuple(batches), entries=tuple(entries)))
+                self.writes += 2
+                started.append(new.name)
+                self._event(new, machine.Event(namespace="", pod=None, reason="RolloutStarted",
+                                               message=f"pool {pool}: {len(entries)} pods in {len(batches)} batches"))
+                new, n = self._step(new, snap, now_s, slots, self._timeouts(policy), frozen=False)
+                slots, resized = max(0, slots - n), resized + n
+        return PassResult(started=tuple(started), advanced=tuple(advanced), resized=resized,
+                          writes=self.writes - writes_before, plans=tuple(plans))
+
+    def _timeouts(self, policy: RolloutPolicy | None) -> machine.Timeouts:
+        if self.timeouts is not None:
+            return self.timeouts
+        if policy is None:
+            return machine.Timeouts()
+        return machine.Timeouts(verify_s=policy.in_progress_timeout_s, deferred_s=policy.deferred_timeout_s)
+
+    # ----------------------------------------------------------------------------------------------------
+    def _step(self, r: Rollout, snap: Any, now_s: float, slots: int, timeouts: machine.Timeouts,
+              frozen: bool) -> tuple[Rollout, int]:
+        if r.phase == Phase.HALTED:
+            if self.store.retry_requested(r.name):
+                r = self._save(replace(r, phase=Phase.ROLLED_BACK, message=f"closed by retry; {r.message}"))
+            return r, 0
+        new, effects = machine.advance(r, snap.observations, now_s, slots=slots, timeouts=timeouts, frozen=frozen,
+                                       workloads=self.workloads)
+        return self._perform(r, new, effects, snap.observations, now_s)
+
+    def _workloads(self, snap: Any, rollouts: Sequence[Rollout]) -> dict[tuple[str, str, str],
+                                                                          machine.WorkloadObservation]:
+        """Ready pods per workload, and the pod template of workloads with a template fallback in flight."""
+        ready: dict[tuple[str, str, str], int] = {}
+        for p in snap.pods:
+            key = (p.namespace, p.workload_kind, p.workload_name)
+            ready[key] = ready.get(key, 0) + int(p.ready and not p.deleting)
+        templates: dict[tuple[str, str, str], tuple[ContainerValues, ...] | None] = {}
+        for r in rollouts:
+            for e in r.entries:
+                if e.action == "template" and self.templates is not None and e.workload not in templates:
+                    templates[e.workload] = self.templates.read(e.namespace, e.workload_kind, e.workload_name,
+                                                                [v.name for v in e.after])
+        keys = set(ready) | set(templates)
+        return {k: machine.WorkloadObservation(ready=ready.get(k, 0), template=templates.get(k)) for k in keys}
+
+    def _perform(self, old: Rollout, r: Rollout, effects: Sequence[machine.Effect],
+                 obs: Mapping[str, PodObservation], now_s: float) -> tuple[Rollout, int]:
+        resizes = [e for e in effects if not isinstance(e, machine.Event)]
+        try:
+            if resizes or r != old:
+                r = self._save(r)  # the intent is durable before anything is done
+            done = 0
+            for rz in resizes:
+                if isinstance(rz, machine.Resize):
+                    r, ok = self._resize(r, rz, obs, now_s)
+                else:
+                    r, ok = self._fallback(r, rz, now_s)
+                done += ok
+            if resizes:
+                r = self._save(r)
+        except Conflict:
+            log.info("rollout changed by another writer; re-reading next pass", extra={"rollout": r.name})
+            return r, 0
+        for ev in effects:
+            if isinstance(ev, machine.Event):
+                self._event(r, ev, obs)
+        return r, done
+
+    def _resize(self, r: Rollout, rz: machine.Resize, obs: Mapping[str, PodObservation],
+                now_s: float) -> tuple[Rollout, int]:
+        o = obs.get(rz.key)
+        if o is None:
+            return r, 0
+        try:
+            generation = self.resizer.resize(rz.namespace, rz.pod, rz.uid, o.resource_version, rz.values)
+            self.writes += 1
+        except Conflict:
+            return r, 0  # the pod moved on: the next pass re-reads it and resumes from its spec
+        except KubeError as err:
+            log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(err)})
+            return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s, error=str(err)), 0
+        return machine.settle(r, rz.key, rz.purpose, ok=True, generation=generation, now_s=now_s), 1
+
+    def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, now_s: float) -> tuple[Rollout, int]:
+        purpose = "evict" if isinstance(fx, machine.Evict) else "template"
+        try:
+            if isinstance(fx, machine.Evict):
+                if self.evictor is None:
+                    raise KubeError("no evictor configured")
+                self.evictor.evict(fx.namespace, fx.pod, fx.uid)
+            else:
+                if self.templates is None:
+                    raise KubeError("no template patcher configured")
+                self.templates.patch(fx.namespace, fx.kind, fx.name, fx.values)
+            self.writes += 1
+        except KubeError as err:
+            log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
+            return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err)), 0
+        return machine.settle(r, fx.key, purpose, ok=True, generation=None, now_s=now_s), 1
+
+    def _save(self, r: Rollout) -> Rollout:
+        self.writes += 1
+        return self.store.save(r)
+
+    def _event(self, r: Rollout, ev: machine.Event, obs: Mapping[str, PodObservation] | None = None) -> None:
+        if ev.pod:
+            o = (obs or {}).get(f"{ev.namespace}/{ev.pod}")
+            self.recorder.record(namespace=ev.namespace, kind="Pod", name=ev.pod, uid=o.uid if o else "",
+                                 reason=ev.reason, message=ev.message, warning=ev.warning)
+        else:
+            self.recorder.record(namespace="", kind="ResizeRollout", name=r.name, uid="", reason=ev.reason,
+                                 message=ev.message, warning=ev.warning)
+
+
+def actionable(plan: Plan) -> list[PodDecision]:
+    return [d for d in plan.decisions if d.action in (Action.RESIZE_ONLINE, Action.RESIZE_RESTART)]

@@ -1,0 +1,199 @@
+"""The rollout journal: one canary rollout in one pool, as values, and its form in ResizeRollout status.
+
+Owns what is recorded durably before and after every action: for each pod the resources before and after,
+the containers expected to restart and their restart counts before, the batch, and the entry's state; for
+each batch its phase and clock. ``to_status``/``from_status`` convert to and from the object's JSON, with
+resources as integers (millicores, bytes) so nothing is lost in formatting.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.model.types import Resources
+
+
+class EntryState(enum.StrEnum):
+    PLANNED = "Planned"
+    APPLYING = "Applying"
+    """Intent recorded; the resize may or may not have reached the API server (resume checks the spec)."""
+    APPLIED = "Applied"
+    VERIFIED = "Verified"
+    REVERTING = "Reverting"
+    REVERTED = "Reverted"
+    SKIPPED = "Skipped"
+    GONE = "Gone"
+    INFEASIBLE = "Infeasible"
+    """The kubelet could not fit it (or Deferred past the timeout): reverted, left for the fallback."""
+    EVICTING = "Evicting"
+    """Fallback intent recorded; the eviction may or may not have happened (resume checks the pod's uid)."""
+    EVICTED = "Evicted"
+    BLOCKED = "Blocked"
+    """A fallback the cluster refused for now (PodDisruptionBudget 429): retried after ``not_before_s``."""
+
+
+ACTIVE = frozenset({EntryState.APPLYING, EntryState.APPLIED, EntryState.VERIFIED})
+RESIZE, EVICT, TEMPLATE = "resize", "evict", "template"
+SETTLED = frozenset({EntryState.VERIFIED, EntryState.SKIPPED, EntryState.GONE, EntryState.INFEASIBLE,
+                     EntryState.REVERTED})
+
+
+class BatchPhase(enum.StrEnum):
+    PENDING = "Pending"
+    APPLYING = "Applying"
+    VERIFYING = "Verifying"
+    BAKING = "Baking"
+    DONE = "Done"
+    FAILED = "Failed"
+
+
+class Phase(enum.StrEnum):
+    PROGRESSING = "Progressing"
+    BAKING = "Baking"
+    ROLLING_BACK = "RollingBack"
+    HALTED = "Halted"
+    COMPLETED = "Completed"
+    ROLLED_BACK = "RolledBack"
+
+
+TERMINAL = frozenset({Phase.COMPLETED, Phase.ROLLED_BACK})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerValues:
+    name: str
+    requests: Resources
+    limits: Resources
+    sidecar: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    namespace: str
+    pod: str
+    uid: str
+    workload_kind: str
+    workload_name: str
+    batch: int
+    before: tuple[ContainerValues, ...]
+    after: tuple[ContainerValues, ...]
+    restarting: frozenset[str] = frozenset()
+    restarts_before: Mapping[str, int] = field(default_factory=dict)
+    state: EntryState = EntryState.PLANNED
+    generation: int | None = None
+    """The pod's generation after our resize; verification waits for observedGeneration to reach it."""
+    applied_s: float | None = None
+    message: str = ""
+    action: str = "resize"
+    """resize (in place) | evict (fallback: Eviction API) | template (fallback: patch the workload template)."""
+    attempts: int = 0
+    not_before_s: float | None = None
+    ready_before: int = 0
+    """Ready pods of the workload when the fallback was planned: an eviction is done when they are back."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+    @property
+    def workload(self) -> tuple[str, str, str]:
+        return (self.namespace, self.workload_kind, self.workload_name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRecord:
+    index: int
+    step: int
+    bake_s: float
+    gates: tuple[str, ...]
+    phase: BatchPhase = BatchPhase.PENDING
+    started_s: float | None = None
+    bake_until_s: float | None = None
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rollout:
+    name: str
+    pool: str
+    policy: str
+    batches: tuple[BatchRecord, ...]
+    entries: tuple[Entry, ...]
+    phase: Phase = Phase.PROGRESSING
+    current_batch: int = 0
+    message: str = ""
+    resource_version: str = ""
+    rollback_all: bool = False
+    """Set by `podtailor-updater rollback`: restore every touched pod, not only the failed batch."""
+
+    def entries_of(self, batch: int) -> list[Entry]:
+        return [e for e in self.entries if e.batch == batch]
+
+
+def _res(r: Resources) -> dict[str, int]:
+    out = {}
+    if r.cpu_millicores is not None:
+        out["cpuMillicores"] = r.cpu_millicores
+    if r.memory_bytes is not None:
+        out["memoryBytes"] = r.memory_bytes
+    return out
+
+
+def _unres(d: Mapping[str, Any]) -> Resources:
+    cpu, mem = d.get("cpuMillicores"), d.get("memoryBytes")
+    return Resources(cpu_millicores=int(cpu) if cpu is not None else None,
+                     memory_bytes=int(mem) if mem is not None else None)
+
+
+def _values(v: ContainerValues) -> dict[str, Any]:
+    return {"name": v.name, "requests": _res(v.requests), "limits": _res(v.limits), "sidecar": v.sidecar}
+
+
+def _unvalues(d: Mapping[str, Any]) -> ContainerValues:
+    return ContainerValues(name=str(d["name"]), requests=_unres(d.get("requests") or {}),
+                           limits=_unres(d.get("limits") or {}), sidecar=bool(d.get("sidecar", False)))
+
+
+def to_status(r: Rollout) -> dict[str, Any]:
+    return {
+        "phase": r.phase.value, "currentBatch": r.current_batch, "message": r.message[:2000],
+        "rollbackAll": r.rollback_all,
+        "batches": [{"index": b.index, "step": b.step, "bakeSeconds": b.bake_s, "gates": list(b.gates),
+                     "phase": b.phase.value, "startedSeconds": b.started_s, "bakeUntilSeconds": b.bake_until_s,
+                     "deadlineSeconds": b.deadline_s} for b in r.batches],
+        "entries": [{"namespace": e.namespace, "pod": e.pod, "uid": e.uid, "workloadKind": e.workload_kind,
+                     "workloadName": e.workload_name, "batch": e.batch,
+                     "before": [_values(v) for v in e.before], "after": [_values(v) for v in e.after],
+                     "restarting": sorted(e.restarting), "restartsBefore": dict(e.restarts_before),
+                     "state": e.state.value, "generation": e.generation, "appliedSeconds": e.applied_s,
+                     "message": e.message[:500], "action": e.action, "attempts": e.attempts,
+                     "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before} for e in r.entries],
+    }
+
+
+def from_object(obj: Mapping[str, Any]) -> Rollout:
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    batches = tuple(BatchRecord(index=int(b["index"]), step=int(b["step"]), bake_s=float(b["bakeSeconds"]),
+                                gates=tuple(b.get("gates") or ()), phase=BatchPhase(b["phase"]),
+                                started_s=b.get("startedSeconds"), bake_until_s=b.get("bakeUntilSeconds"),
+                                deadline_s=b.get("deadlineSeconds")) for b in st.get("batches") or [])
+    entries = tuple(Entry(namespace=e["namespace"], pod=e["pod"], uid=e["uid"], workload_kind=e["workloadKind"],
+                          workload_name=e["workloadName"], batch=int(e["batch"]),
+                          before=tuple(_unvalues(v) for v in e["before"]),
+                          after=tuple(_unvalues(v) for v in e["after"]),
+                          restarting=frozenset(e.get("restarting") or ()),
+                          restarts_before={k: int(v) for k, v in (e.get("restartsBefore") or {}).items()},
+                          state=EntryState(e["state"]), generation=e.get("generation"),
+                          applied_s=e.get("appliedSeconds"), message=e.get("message", ""),
+                          action=e.get("action", RESIZE), attempts=int(e.get("attempts", 0)),
+                          not_before_s=e.get("notBeforeSeconds"), ready_before=int(e.get("readyBefore", 0)))
+                    for e in st.get("entries") or [])
+    return Rollout(name=str(meta.get("name")), pool=str(spec.get("pool", "")), policy=str(spec.get("policy", "")),
+                   batches=batches, entries=entries, phase=Phase(st.get("phase", "Progressing")),
+                   current_batch=int(st.get("currentBatch", 0)), message=str(st.get("message", "")),
+                   resource_version=str(meta.get("resourceVersion", "")),
+                   rollback_all=bool(st.get("rollbackAll", False)))

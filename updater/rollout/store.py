@@ -1,0 +1,235 @@
+"""The updater's writes: ResizeRollout objects (the journal), pod resizes, and Events.
+
+Owns every write the updater makes to the API server. ``RolloutStore`` creates rollouts and saves their
+status with the read resourceVersion (a 409 means another writer moved first: the caller re-reads next
+pass). ``PodResizer`` patches ``pods/resize`` with the pod's uid and resourceVersion as preconditions and
+only the containers that change. ``EventRecorder`` writes core Events and never fails the caller.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes import client
+
+from recommender.kube.errors import KubeError, classify, is_not_found
+from recommender.model.types import Resources
+from recommender.units import format_cpu, format_memory
+from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
+
+GROUP, VERSION, PLURAL = "podtailor.io", "v1alpha1", "resizerollouts"
+log = logging.getLogger("podtailor.updater")
+
+
+class Conflict(Exception):
+    """The object changed since it was read (409): re-read and re-decide."""
+
+
+def rollout_name(policy: str, pool: str, now_s: float) -> str:
+    stamp = dt.datetime.fromtimestamp(now_s, dt.UTC).strftime("%Y%m%d-%H%M%S")
+    base = re.sub(r"[^a-z0-9.-]+", "-", f"{policy}-{pool or 'no-pool'}".lower()).strip("-.")[:200]
+    return f"{base}-{stamp}"
+
+
+class RolloutStore:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api: Any = client.CustomObjectsApi(api_client)
+
+    def list(self) -> list[Rollout]:
+        try:
+            body = self.api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        except Exception as err:
+            raise classify(err, "list ResizeRollouts") from err
+        return [from_object(o) for o in body["items"]]
+
+    def get(self, name: str) -> Rollout | None:
+        try:
+            return from_object(self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name))
+        except Exception as err:
+            if is_not_found(err):
+                return None
+            raise classify(err, f"read ResizeRollout {name}") from err
+
+    def create(self, r: Rollout) -> Rollout:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResizeRollout",
+                "metadata": {"name": r.name, "labels": {"podtailor.io/pool": re.sub(r"[^A-Za-z0-9._-]", "_",
+                                                                                    r.pool)[:63].strip("._-")}},
+                "spec": {"pool": r.pool, "policy": r.policy, "batchCount": len(r.batches)}}
+        try:
+            obj = self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+        except Exception as err:
+            raise classify(err, f"create ResizeRollout {r.name}") from err
+        created = from_object(obj)
+        return self.save(Rollout(**{**_fields(r), "resource_version": created.resource_version}))
+
+    def save(self, r: Rollout) -> Rollout:
+        """Write the status with the read resourceVersion; returns the rollout with the new version."""
+        obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResizeRollout",
+               "metadata": {"name": r.name, "resourceVersion": r.resource_version},
+               "spec": {"pool": r.pool, "policy": r.policy, "batchCount": len(r.batches)}, "status": to_status(r)}
+        try:
+            out = self.api.replace_cluster_custom_object_status(GROUP, VERSION, PLURAL, r.name, obj)
+        except client.ApiException as err:
+            if err.status == 409:
+                raise Conflict(r.name) from err
+            raise classify(err, f"write ResizeRollout {r.name}") from err
+        except Exception as err:
+            raise classify(err, f"write ResizeRollout {r.name}") from err
+        return Rollout(**{**_fields(r), "resource_version": str(out["metadata"]["resourceVersion"])})
+
+    def retry_requested(self, name: str) -> bool:
+        try:
+            obj = self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except Exception:
+            return False
+        return bool((obj.get("spec") or {}).get("retry"))
+
+
+def _fields(r: Rollout) -> dict[str, Any]:
+    return {f: getattr(r, f) for f in r.__dataclass_fields__}
+
+
+def _quantities(res: Resources) -> dict[str, str]:
+    out = {}
+    if res.cpu_millicores is not None:
+        out["cpu"] = format_cpu(res.cpu_millicores)
+    if res.memory_bytes is not None:
+        out["memory"] = format_memory(res.memory_bytes)
+    return out
+
+
+class PodResizer:
+    def __init__(self, api_client: client.ApiClient, field_manager: str = "podtailor-updater") -> None:
+        self.core: Any = client.CoreV1Api(api_client)
+        self.field_manager = field_manager
+
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
+               values: Sequence[ContainerValues]) -> int:
+        """Patch pods/resize; returns the pod's new generation. Raises Conflict on 409, KubeError otherwise."""
+        def spec(v: ContainerValues) -> dict[str, Any]:
+            res: dict[str, Any] = {"requests": _quantities(v.requests)}
+            if _quantities(v.limits):
+                res["limits"] = _quantities(v.limits)
+            return {"name": v.name, "resources": res}
+
+        body: dict[str, Any] = {"metadata": {"uid": uid, "resourceVersion": resource_version}, "spec": {}}
+        regular = [spec(v) for v in values if not v.sidecar]
+        sidecars = [spec(v) for v in values if v.sidecar]
+        if regular:
+            body["spec"]["containers"] = regular
+        if sidecars:
+            body["spec"]["initContainers"] = sidecars
+        try:
+            out = self.core.patch_namespaced_pod_resize(pod, namespace, body, field_manager=self.field_manager,
+                                                        _preload_content=False)
+        except client.ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"{namespace}/{pod}") from err
+            raise classify(err, f"resize pod {namespace}/{pod}") from err
+        except Exception as err:
+            raise classify(err, f"resize pod {namespace}/{pod}") from err
+        import json
+
+        return int(json.loads(out.data)["metadata"]["generation"])
+
+
+class EventRecorder:
+    def __init__(self, api_client: client.ApiClient, component: str = "podtailor-updater") -> None:
+        self.core: Any = client.CoreV1Api(api_client)
+        self.component = component
+
+    def record(self, *, namespace: str, kind: str, name: str, uid: str, reason: str, message: str,
+               warning: bool = False) -> None:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ns = namespace or "default"
+        body = {"metadata": {"generateName": f"{name[:200]}.", "namespace": ns},
+                "involvedObject": {"kind": kind, "name": name, "namespace": namespace or None, "uid": uid or None,
+                                   "apiVersion": "v1" if kind == "Pod" else f"{GROUP}/{VERSION}"},
+                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+                "source": {"component": self.component}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+                "reportingComponent": self.component, "reportingInstance": self.component}
+        try:
+            self.core.create_namespaced_event(ns, body, _preload_content=False)
+        except Exception as err:  # an Event is best effort: never fail an action because of it
+            log.warning("event not recorded", extra={"reason": reason, "error": str(err)})
+
+
+__all__ = ["Conflict", "EventRecorder", "KubeError", "PodResizer", "RolloutStore", "rollout_name"]
+
+
+class Evictor:
+    """Evictions through the Eviction API (PodDisruptionBudgets apply), with the pod's uid as precondition."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core: Any = client.CoreV1Api(api_client)
+
+    def evict(self, namespace: str, pod: str, uid: str) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        try:
+            self.core.create_namespaced_pod_eviction(pod, namespace, body, _preload_content=False)
+        except client.ApiException as err:
+            if err.status == 404:
+                return  # already gone: the outcome we wanted
+            raise classify(err, f"evict pod {namespace}/{pod}") from err
+        except Exception as err:
+            raise classify(err, f"evict pod {namespace}/{pod}") from err
+
+
+_TEMPLATE_KINDS = {"Deployment": "deployment", "StatefulSet": "stateful_set", "DaemonSet": "daemon_set"}
+
+
+class TemplatePatcher:
+    """Reads and patches the pod template of Deployments, StatefulSets and DaemonSets (own field manager)."""
+
+    def __init__(self, api_client: client.ApiClient, field_manager: str = "podtailor-updater") -> None:
+        self.apps: Any = client.AppsV1Api(api_client)
+        self.field_manager = field_manager
+
+    def read(self, namespace: str, kind: str, name: str,
+             containers: Sequence[str]) -> tuple[ContainerValues, ...] | None:
+        import json
+
+        from recommender.units import parse_cpu_millicores, parse_memory_bytes
+
+        try:
+            resp = getattr(self.apps, f"read_namespaced_{_TEMPLATE_KINDS[kind]}")(name, namespace,
+                                                                                  _preload_content=False)
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise classify(err, f"read {kind} {namespace}/{name}") from err
+        spec = json.loads(resp.data)["spec"]["template"]["spec"]
+        by_name = {c["name"]: c for c in spec.get("containers") or []}
+
+        def res(d: dict[str, Any]) -> Resources:
+            return Resources(cpu_millicores=parse_cpu_millicores(d["cpu"]) if "cpu" in d else None,
+                             memory_bytes=parse_memory_bytes(d["memory"]) if "memory" in d else None)
+
+        out = []
+        for n in containers:
+            c = by_name.get(n)
+            if c is None:
+                return None
+            r = c.get("resources") or {}
+            out.append(ContainerValues(name=n, requests=res(r.get("requests") or {}),
+                                       limits=res(r.get("limits") or {})))
+        return tuple(out)
+
+    def patch(self, namespace: str, kind: str, name: str, values: Sequence[ContainerValues]) -> None:
+        containers = []
+        for v in values:
+            res: dict[str, Any] = {"requests": _quantities(v.requests)}
+            if _quantities(v.limits):
+                res["limits"] = _quantities(v.limits)
+            containers.append({"name": v.name, "resources": res})
+        body = {"spec": {"template": {"spec": {"containers": containers}}}}
+        try:
+            getattr(self.apps, f"patch_namespaced_{_TEMPLATE_KINDS[kind]}")(
+                name, namespace, body, field_manager=self.field_manager, _preload_content=False)
+        except Exception as err:
+            raise classify(err, f"patch {kind} {namespace}/{name} template") from err
