@@ -1,0 +1,105 @@
+"""Fallbacks in the rollout machine: evictions under PodDisruptionBudgets, template patches and reverts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
+from updater.policy.types import Action, ContainerChange, FallbackMode, Plan, PodDecision, Reason, RolloutPolicy
+from updater.rollout import machine
+from updater.rollout.fallback import fallback_entries, infeasible_uids, with_history
+from updater.rollout.journal import BatchPhase, EntryState, Phase, Rollout
+
+WORK = ("ns", "Deployment", "web")
+
+
+def evicting(*entries: object) -> Rollout:
+    r = rollout(*entries, batches=1)  # type: ignore[arg-type]
+    return replace(r, entries=tuple(replace(e, action="evict", ready_before=3) for e in r.entries))
+
+
+def test_an_eviction_refused_by_a_budget_backs_off_instead_of_looping() -> None:
+    r, effects = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
+    assert [type(e).__name__ for e in effects if not isinstance(e, machine.Event)] == ["Evict"]
+    r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW,
+                       error="evict pod ns/a: 429 Cannot evict")
+    blocked = r.entries[0]
+    assert blocked.state == EntryState.BLOCKED and blocked.not_before_s == NOW + 10  # 10 s, doubling
+    _, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW + 5)
+    assert not [e for e in effects if isinstance(e, machine.Evict)]  # not before the back-off ends
+    r2, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW + 10)
+    assert [e.key for e in effects if isinstance(e, machine.Evict)] == ["ns/a"]
+    r2 = machine.settle(r2, "ns/a", "evict", ok=False, generation=None, now_s=NOW + 10, error="429")
+    assert r2.entries[0].not_before_s == NOW + 10 + 20
+
+
+def test_a_resumed_eviction_is_not_sent_twice_and_waits_for_the_replacement() -> None:
+    r = evicting(entry("a", 0, state=EntryState.EVICTING))
+    r = replace(r, batches=(replace(r.batches[0], phase=BatchPhase.APPLYING, deadline_s=NOW + 600),))
+    # The pod (uid-a) is gone and a replacement exists: the eviction happened before the crash.
+    r2, effects = machine.advance(r, {"ns/a": obs("a", NEW, uid="uid-new")}, NOW)
+    assert not [e for e in effects if isinstance(e, machine.Evict)] and r2.entries[0].state == EntryState.EVICTED
+    work = {WORK: machine.WorkloadObservation(ready=2)}
+    r3, _ = machine.advance(r2, {}, NOW + 1, workloads=work)
+    r3, _ = machine.advance(r3, {}, NOW + 2, workloads=work)
+    assert r3.entries[0].state == EntryState.EVICTED  # 2 of 3 ready: the replacement is not up yet
+    r4, _ = machine.advance(r3, {}, NOW + 3, workloads={WORK: machine.WorkloadObservation(ready=3)})
+    assert r4.entries[0].state == EntryState.VERIFIED and r4.phase == Phase.BAKING
+
+
+def test_a_template_reverted_by_gitops_is_patched_again_then_left_alone() -> None:
+    r = rollout(entry("deployment-web", 0), batches=1)
+    r = replace(r, entries=(replace(r.entries[0], action="template", uid="", ready_before=1),))
+    template = OLD  # what the Deployment's pod template holds now
+
+    def step(r: Rollout) -> tuple[Rollout, list[machine.Effect]]:
+        return machine.advance(r, {}, NOW, workloads={WORK: machine.WorkloadObservation(ready=1,
+                                                                                        template=(template,))})
+
+    patches = 0
+    for _ in range(40):
+        r, effects = step(r)
+        for fx in effects:
+            if isinstance(fx, machine.PatchTemplate):
+                patches += 1
+                template = NEW  # our patch lands...
+                r = machine.settle(r, fx.key, "template", ok=True, generation=None, now_s=NOW)
+                r, _ = step(r)
+                template = OLD  # ...and GitOps puts the old values back before we verify
+        if r.entries[0].state == EntryState.SKIPPED:
+            break
+    assert patches == 3  # the first patch and two more after reverts, then no more fighting
+    assert r.entries[0].attempts == 3 and "not fighting" in r.entries[0].message
+
+
+def decision(pod: str, action: Action = Action.RESIZE_ONLINE, uid: str | None = None) -> PodDecision:
+    change = ContainerChange(name="app", old_requests=OLD.requests, old_limits=OLD.limits, new_requests=NEW.requests,
+                             new_limits=NEW.limits, restarts=False)
+    return PodDecision(namespace="ns", pod=pod, uid=uid or f"uid-{pod}", resource_version="1", pool="p1",
+                       workload_kind="Deployment", workload_name="web", action=action, reason=Reason.CHANGE,
+                       changes=(change,))
+
+
+def test_an_earlier_infeasible_verdict_sends_the_pod_to_the_fallback() -> None:
+    from updater.policy.types import Batch
+
+    plan = Plan(decisions=(decision("a"), decision("b")),
+                batches=(Batch(pool="p1", step=0, pods=("ns/a", "ns/b"), bake_s=1, gates=()),))
+    journal = rollout(replace(entry("a", 0), state=EntryState.INFEASIBLE, message="Node didn't have enough"))
+    moved = with_history(plan, infeasible_uids([journal]), RolloutPolicy())
+    assert [d.action for d in moved.decisions] == [Action.FALLBACK, Action.RESIZE_ONLINE]
+    assert moved.batches[0].pods == ("ns/b",)
+    off = with_history(plan, infeasible_uids([journal]), RolloutPolicy(fallback=FallbackMode.NONE))
+    assert off.decisions[0].action == Action.SKIP and "fallback disabled" in off.decisions[0].message
+
+
+def test_fallback_batches_respect_the_disruption_budget() -> None:
+    decisions = [decision(p, Action.FALLBACK) for p in "abcde"]
+    # 4 replicas x 25% = 1 pod of the workload per batch.
+    batches, entries = fallback_entries(decisions, "p1", RolloutPolicy(disruption_budget=0.25), {WORK: 4}, {WORK: 4},
+                                        first_batch=2)
+    assert [b.index for b in batches] == [2, 3, 4, 5, 6]
+    assert [e.batch for e in entries] == [2, 3, 4, 5, 6] and all(e.action == "evict" for e in entries)
+    template, t_entries = fallback_entries(decisions, "p1", RolloutPolicy(fallback=FallbackMode.TEMPLATE),
+                                           {WORK: 4}, {WORK: 4}, first_batch=0)
+    assert len(template) == 1 and [e.pod for e in t_entries] == ["deployment-web"]  # one patch per workload
