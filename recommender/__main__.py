@@ -41,8 +41,10 @@ that name it in spec.recommenders (or all of them, with --serve-all-vpas). podta
 them in place. State is checkpointed in the API server, so a restart does not re-read history.
 
 commands:
-  once   one pass: read new history, write VPA status, print the recommendations
-  run    continuous: a pass every --interval, leader election, /metrics, /healthz, /readyz
+  once      one pass: read new history, write VPA status, print the recommendations
+  run       continuous: a pass every --interval, leader election, /metrics, /healthz, /readyz
+  report    dry-run report and cost review for any cluster (read-only; no CRDs or VPAs needed)
+  backtest  replay usage history and score strategies (slack, OOMs, throttling, changes)
 """
 log = logging.getLogger("podtailor.recommender")
 
@@ -78,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log-format", choices=["text", "json"], default="text", help="log format (default: text)")
         p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     once.add_argument("-o", "--output", choices=["table", "json"], default="table", help="what to print")
+    from recommender.backtest.cli import add_backtest_parser
+    from recommender.report.cli import add_report_parser
+
+    add_report_parser(sub)
+    add_backtest_parser(sub)
     g = run.add_argument_group("Continuous mode")
     g.add_argument("--interval", type=duration_s, default=60.0, metavar="DURATION", help="pass interval (default: 1m)")
     g.add_argument("--listen", default="0.0.0.0:8942", metavar="HOST:PORT",
@@ -182,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "report":
+        from recommender.report.cli import run_report
+
+        return run_report(args)
+    if args.command == "backtest":
+        from recommender.backtest.cli import run_backtest
+
+        return run_backtest(args)
     setup_logging(args.log_format, args.log_level)
     try:
         return cmd_once(args) if args.command == "once" else cmd_run(args)

@@ -2,12 +2,15 @@
 
 Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (days) per resource is
 min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
-counts in full. CPU: request = max(slow p90, fast p90) x (1 + margin) over throttling-corrected samples
+counts in full. CPU: request = max(slow p80, fast p80) x (1 + margin) over throttling-corrected samples
 (rises within hours, falls at the 12h half-life pace); bounds p50/p95 x margin x VPA's confidence
-multipliers; limit by ``cpu_limit_rule``. Memory: the statistic of the OOM-tolerance class (p98 of peaks,
-max peak over 8 days, or max(p60, 0.5 max)) x (1 + margin), floored by recent OOM bumps capped at
-maxAllowed (the bump never enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
-(c below ``thin_history_days``) a request is never lowered below the current one. Parameters and state live
+multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least request x ``cpu_limit_min_ratio``).
+Memory: the statistic of the OOM-tolerance class (p98 of peaks, max peak over 8 days, or max(p60, 0.5 max))
+x (1 + margin), floored by recent OOM bumps capped at maxAllowed (the bump never enters the histogram,
+so a cap cannot feed itself: VPA #9521). With thin history
+(c below ``thin_history_days``) a request is never lowered below the current one. Hysteresis: a resource
+keeps its current request and limit while its target stays within (-``resize_down_fraction``,
++``resize_up_fraction``] of the current request, so noise does not resize it. Parameters and state live
 in ``podtailor_state.py``.
 """
 
@@ -70,7 +73,7 @@ class PodtailorStrategy:
         limit = None
         if prm.cpu_limit_rule == "percentile":
             peak = self._cpu_percentile(state, prm.cpu_limit_percentile) or request
-            limit = peak * (1.0 + prm.cpu_limit_margin_fraction)
+            limit = max(peak * (1.0 + prm.cpu_limit_margin_fraction), request * margin * prm.cpu_limit_min_ratio)
         return ResourceEstimate(target=request * margin, lower=lower * margin * lower_multiplier(c),
                                 upper=upper * margin * upper_multiplier(c),
                                 limit_rule=_LIMIT_RULES[prm.cpu_limit_rule], limit=limit)
@@ -114,6 +117,16 @@ class PodtailorStrategy:
             return est, ()
         return replace(est, target=current, upper=max(est.upper, current)), (f"{name}: low confidence: no decrease",)
 
+    def _hold(self, est: ResourceEstimate | None, request: float | None,
+              limit: float | None) -> ResourceEstimate | None:
+        """Hysteresis: keep the current request and limit while the target stays inside the resize band."""
+        if est is None or request is None or request <= 0:
+            return est
+        ratio = est.target / request
+        if 1.0 - self.params.resize_down_fraction <= ratio <= 1.0 + self.params.resize_up_fraction:
+            return replace(est, target=request, limit=limit if est.limit is not None else None)
+        return est
+
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
                   current: CurrentResources) -> Recommendation:
         if not isinstance(state, PodtailorState):
@@ -130,6 +143,10 @@ class PodtailorStrategy:
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
         cur_mem = current.requests.memory_bytes
         memory, r_mem = self._no_decrease("memory", memory, c_mem, None if cur_mem is None else float(cur_mem))
+        cpu = self._hold(cpu, None if cur_cpu is None else cur_cpu / 1000.0,
+                         None if current.limits.cpu_millicores is None else current.limits.cpu_millicores / 1000.0)
+        memory = self._hold(memory, None if cur_mem is None else float(cur_mem),
+                            None if current.limits.memory_bytes is None else float(current.limits.memory_bytes))
         missing = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
         known = [c for c, e in ((c_cpu, cpu), (c_mem, memory)) if e is not None]
         confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)

@@ -38,7 +38,10 @@ class PodtailorParams:
     cpu_fast_half_life_s: float = 2 * 3600.0
     """Fast CPU histogram half-life; the request is the max of both percentiles, so it rises within hours
     and falls at the slow pace. 0 disables the fast histogram."""
-    cpu_request_percentile: float = 0.9
+    cpu_request_percentile: float = 0.8
+    """p80 (was p90): with the fast histogram's max(slow, fast) the request already rises within hours, so the
+    percentile need not also cover bursts; held-out backtest: fewer CPU minutes over the request than VPA's p90
+    x 1.15 at less slack. The limit (p99) covers the bursts."""
     cpu_lower_percentile: float = 0.5
     cpu_upper_percentile: float = 0.95
     cpu_margin_fraction: float = 0.10
@@ -49,6 +52,9 @@ class PodtailorParams:
     case a container without a limit gets none and a Guaranteed one stays Guaranteed."""
     cpu_limit_percentile: float = 0.99
     cpu_limit_margin_fraction: float = 0.15
+    cpu_limit_min_ratio: float = 1.1
+    """The percentile limit is at least request x this, so rounding never makes limit == request, which the
+    QoS rule would then keep forever (a burstable container silently turned Guaranteed)."""
     throttle_correction: bool = True
     """Record a throttled interval's usage as usage x (1 + throttled fraction)."""
     memory_half_life_s: float = 48 * 3600.0
@@ -70,6 +76,12 @@ class PodtailorParams:
     oom_window_s: float = 8 * DAY_S
     """An OOM bump floors the memory target for this long. It never enters the histogram and is capped at
     maxAllowed, so a capped container cannot inflate its own history (VPA #9521)."""
+    resize_up_fraction: float = 0.0
+    """Hysteresis: a resource is resized up only when its target exceeds the current request by more than this
+    fraction (0: any growth is followed at once; growth risks OOMs and throttling)."""
+    resize_down_fraction: float = 0.2
+    """Hysteresis: resized down only when the target is below the current request by more than this fraction,
+    so noise does not resize (declines are followed late and in larger steps than growth)."""
     thin_history_days: float = 1.0
     """Below this much real history (days) a resource's request is not lowered below the current one."""
     no_decrease_on_thin_history: bool = True
@@ -88,6 +100,8 @@ class PodtailorParams:
     def __post_init__(self) -> None:
         if self.memory_oom_tolerance not in MEMORY_TOLERANCES:
             raise ValueError(f"memory_oom_tolerance must be one of {MEMORY_TOLERANCES}")
+        if not (self.resize_up_fraction >= 0 and 0 <= self.resize_down_fraction < 1):
+            raise ValueError("resize_up_fraction must be >= 0 and resize_down_fraction in [0, 1)")
         if self.cpu_limit_rule not in CPU_LIMIT_RULES:
             raise ValueError(f"cpu_limit_rule must be one of {CPU_LIMIT_RULES}")
 

@@ -1,0 +1,223 @@
+"""Online replay of one series under one strategy, and the oracle that knows the next hour.
+
+Owns the simulation rules. Time is cut into steps of ``step_s`` (1 h) aligned to the epoch. At the start of each
+step a strategy recommends from the samples strictly before it, and the recommendation becomes the request and
+the limit for the whole step (a resource it does not recommend keeps its current values). Before the first
+recommendation the container runs on the start values: the limit is the trace's provisioned amount (the VM
+size, or twice the warm-up peak when the trace has none) and the request is limit / ``start_*_limit_ratio``
+(default CPU 2:1, memory 1:1, i.e. a burstable CPU and a Guaranteed memory setting). What a strategy sees is
+what a real container would report: CPU usage above the limit is censored at the limit and that sample gets a
+throttled fraction of 1 (the 5-minute average exceeded the quota, so the quota bound in essentially every
+period); memory above the limit is censored at the limit and a step with any reading above it reports one
+``OomKill`` at the first such reading, with the limit and request of the time (the kill restarts the
+container; its replacement runs under the same limit until the next step, so at most one kill per step is
+counted). Missing memory samples
+(NaN) are not fed. The oracle provisions, for each step, exactly the peak CPU and memory of that step (request
+= limit), carrying the previous value over a step without samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from recommender.backtest.trace import Series
+from recommender.model.types import (
+    ContainerPolicy,
+    ContainerState,
+    CurrentResources,
+    FloatArray,
+    OomKill,
+    Recommendation,
+    Resources,
+    Samples,
+    Strategy,
+    UsageBatch,
+)
+
+IntArray = np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayConfig:
+    """Simulation settings shared by every strategy of a run."""
+
+    step_s: float = 3600.0
+    """A recommendation is made and applied every step (seconds)."""
+    warmup_s: float = 86400.0
+    """Steps starting before first sample + warm-up are replayed but not scored (same for every strategy)."""
+    start_cpu_limit_ratio: float = 2.0
+    """Start CPU limit:request ratio (limit = provisioned); VPA's proportional rule keeps it."""
+    start_memory_limit_ratio: float = 1.0
+    """Start memory limit:request ratio (1 = Guaranteed memory, request = limit = provisioned)."""
+    max_gap_steps: float = 2.0
+    """A sample stands for the time to the next one, at most this many nominal sampling intervals."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grid:
+    """Step edges and, per step, the sample index range [lo[h], lo[h+1])."""
+
+    edges_s: FloatArray
+    lo: IntArray
+    sample_step: IntArray
+    """Step index of every sample."""
+    durations_s: FloatArray
+    interval_s: float
+    first_scored_step: int
+
+    @property
+    def steps(self) -> int:
+        return int(self.edges_s.size - 1)
+
+
+def make_grid(series: Series, cfg: ReplayConfig) -> Grid:
+    ts = series.timestamps_s
+    diffs = np.diff(ts)
+    interval = float(np.median(diffs)) if diffs.size else cfg.step_s
+    start = math.floor(ts[0] / cfg.step_s) * cfg.step_s
+    steps = math.floor((ts[-1] - start) / cfg.step_s) + 1
+    edges = start + cfg.step_s * np.arange(steps + 1, dtype=np.float64)
+    lo = np.searchsorted(ts, edges, side="left")
+    durations = np.minimum(np.append(diffs, interval), cfg.max_gap_steps * interval)
+    first_scored = math.ceil((ts[0] + cfg.warmup_s - start) / cfg.step_s)
+    return Grid(edges_s=edges, lo=lo, sample_step=np.searchsorted(edges, ts, side="right") - 1,
+                durations_s=durations, interval_s=interval, first_scored_step=first_scored)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """Applied values per step: cores and bytes (inf = no limit), and whether the step began with a change."""
+
+    cpu_request: FloatArray
+    cpu_limit: FloatArray
+    memory_request: FloatArray
+    memory_limit: FloatArray
+    changed: FloatArray
+
+
+def start_resources(series: Series, grid: Grid, cfg: ReplayConfig) -> CurrentResources:
+    """The start values (module docstring): limit = provisioned, request = limit / ratio."""
+    warm = series.timestamps_s < series.timestamps_s[0] + cfg.warmup_s
+
+    def size(prov: FloatArray | None, usage: FloatArray | None) -> float | None:
+        if prov is not None and np.isfinite(prov[0]):
+            return float(prov[0])
+        if usage is None or not np.any(np.isfinite(usage[warm])):
+            return None
+        return 2.0 * float(np.nanmax(usage[warm]))
+
+    cpu = size(series.cpu_provisioned_cores, series.cpu_cores)
+    mem = size(series.memory_provisioned_bytes, series.memory_bytes)
+    cpu_lim = None if cpu is None else max(math.ceil(cpu * 1000.0), 1)
+    mem_lim = None if mem is None else max(math.ceil(mem), 1)
+    return CurrentResources(
+        requests=Resources(cpu_millicores=None if cpu_lim is None else max(
+                               math.ceil(cpu_lim / cfg.start_cpu_limit_ratio), 1),
+                           memory_bytes=None if mem_lim is None else max(
+                               math.ceil(mem_lim / cfg.start_memory_limit_ratio), 1)),
+        limits=Resources(cpu_millicores=cpu_lim, memory_bytes=mem_lim))
+
+
+def apply(rec: Recommendation, cur: CurrentResources) -> CurrentResources:
+    """The resources after applying ``rec``: recommended resources take target and limit, others stay."""
+    req, lim = cur.requests, cur.limits
+    cpu, mem = rec.target.cpu_millicores, rec.target.memory_bytes
+    return CurrentResources(
+        requests=Resources(cpu_millicores=req.cpu_millicores if cpu is None else cpu,
+                           memory_bytes=req.memory_bytes if mem is None else mem),
+        limits=Resources(cpu_millicores=lim.cpu_millicores if cpu is None else rec.limits.cpu_millicores,
+                         memory_bytes=lim.memory_bytes if mem is None else rec.limits.memory_bytes))
+
+
+def _cores(millicores: int | None) -> float:
+    return math.inf if millicores is None else millicores / 1000.0
+
+
+def _bytes(amount: int | None) -> float:
+    return math.inf if amount is None else float(amount)
+
+
+class _Feed:
+    """Builds the censored ``UsageBatch`` of one step."""
+
+    def __init__(self, series: Series, grid: Grid) -> None:
+        self.series, self.grid = series, grid
+        self.empty = Samples.empty()
+
+    def batch(self, h: int, cur: CurrentResources) -> UsageBatch | None:
+        lo, hi = int(self.grid.lo[h]), int(self.grid.lo[h + 1])
+        if hi <= lo:
+            return None
+        s, interval = self.series, self.grid.interval_s
+        ts, cpu = s.timestamps_s[lo:hi], s.cpu_cores[lo:hi]
+        cpu_lim = _cores(cur.limits.cpu_millicores)
+        throttled = (cpu > cpu_lim).astype(np.float64)
+        cpu_seen = Samples(timestamps_s=ts, values=np.minimum(cpu, cpu_lim))
+        th = Samples(timestamps_s=ts, values=throttled) if cpu_lim < math.inf else self.empty
+        mem_seen, kills = self.empty, tuple[OomKill, ...]()
+        if s.memory_bytes is not None:
+            mem = s.memory_bytes[lo:hi]
+            ok = ~np.isnan(mem)
+            mts, mem = ts[ok], mem[ok]
+            mem_lim = _bytes(cur.limits.memory_bytes)
+            over = np.flatnonzero(mem > mem_lim)
+            if over.size:
+                kills = (OomKill(timestamp_s=float(mts[over[0]]), memory_limit_bytes=cur.limits.memory_bytes,
+                                 memory_request_bytes=cur.requests.memory_bytes),)
+            mem_seen = Samples(timestamps_s=mts, values=np.minimum(mem, mem_lim))
+        return UsageBatch(cpu_cores=cpu_seen, cpu_interval_s=interval, memory_peak_bytes=mem_seen,
+                          memory_interval_s=interval, oom_kills=kills, cpu_throttled_fraction=th)
+
+
+def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | None = None,
+           policy: ContainerPolicy | None = None) -> Plan:
+    """Replay ``series`` online under ``strategy`` (module docstring); the applied values per step."""
+    grid = grid or make_grid(series, cfg)
+    policy = policy or ContainerPolicy()
+    n = grid.steps
+    out = np.empty((5, n), dtype=np.float64)
+    cur = start_resources(series, grid, cfg)
+    state: ContainerState = strategy.new_state()
+    feed = _Feed(series, grid)
+    for h in range(n):
+        if h > 0:
+            batch = feed.batch(h - 1, cur)
+            if batch is not None:
+                state.add(batch)
+        if state.first_sample_s is not None:
+            new = apply(strategy.recommend(state, now_s=float(grid.edges_s[h]), policy=policy, current=cur), cur)
+            out[4, h] = float(new != cur)
+            cur = new
+        else:
+            out[4, h] = 0.0
+        out[0, h] = _cores(cur.requests.cpu_millicores)
+        out[1, h] = _cores(cur.limits.cpu_millicores)
+        out[2, h] = _bytes(cur.requests.memory_bytes)
+        out[3, h] = _bytes(cur.limits.memory_bytes)
+    return Plan(cpu_request=out[0], cpu_limit=out[1], memory_request=out[2], memory_limit=out[3], changed=out[4])
+
+
+def _step_peaks(values: FloatArray, grid: Grid, start: float) -> FloatArray:
+    """Per step the max of the non-NaN values, carried forward over steps without one (``start`` before any)."""
+    n = grid.steps
+    peaks = np.full(n, np.nan)
+    ok = ~np.isnan(values)
+    if np.any(ok):
+        np.fmax.at(peaks, grid.sample_step[ok], values[ok])
+    filled = np.where(np.isnan(peaks), -1, np.arange(n))
+    np.maximum.accumulate(filled, out=filled)
+    return np.where(filled >= 0, peaks[np.maximum(filled, 0)], start)
+
+
+def oracle(series: Series, cfg: ReplayConfig, grid: Grid | None = None) -> Plan:
+    """The floor: request = limit = the step's own peak, for CPU and memory."""
+    grid = grid or make_grid(series, cfg)
+    start = start_resources(series, grid, cfg)
+    cpu = _step_peaks(series.cpu_cores, grid, _cores(start.requests.cpu_millicores))
+    mem = (np.full(grid.steps, math.inf) if series.memory_bytes is None
+           else _step_peaks(series.memory_bytes, grid, _bytes(start.requests.memory_bytes)))
+    changed = np.concatenate([[0.0], ((cpu[1:] != cpu[:-1]) | (mem[1:] != mem[:-1])).astype(np.float64)])
+    return Plan(cpu_request=cpu, cpu_limit=cpu, memory_request=mem, memory_limit=mem, changed=changed)

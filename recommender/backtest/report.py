@@ -1,0 +1,158 @@
+"""Output of a backtest: the goal check against VPA and the oracle, a rich table, JSON and a PNG.
+
+Owns the presentation and the goal arithmetic. Gap closed = (VPA slack - strategy slack) / (VPA slack - oracle
+slack), absolute slack, per resource; the default strategy's goals are: gap closed >= 0.5 for CPU and memory,
+OOM-equivalents <= VPA's, CPU minutes over the request <= VPA's, and changes < VPA's. Google Autopilot's
+published memory figures (23 % relative slack, over 99.5 % OOM-free job-days; Rzadca et al., EuroSys 2020) are
+printed beside ours as the anchor. The PNG (matplotlib, Agg backend, imported only when asked for) plots relative
+slack against the OOM-equivalents per series-day (memory) and against CPU minutes over the request (CPU), one
+point per strategy per subset.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from recommender.backtest.runner import ORACLE, SUBSETS, BacktestResult
+from recommender.backtest.scoring import Metrics
+
+SCHEMA = "podtailor.backtest/v1"
+AUTOPILOT = {"memory_slack_rel": 0.23, "oom_free_days": 0.995,
+             "source": "Rzadca et al., Autopilot, EuroSys 2020: ML recommender, memory, job-days"}
+COLUMNS = (("series", "series", "{:d}"), ("series_days", "series-days", "{:d}"),
+           ("cpu_slack_cores", "CPU slack cores", "{:.4f}"), ("cpu_slack_rel", "CPU slack rel", "{:.1%}"),
+           ("memory_slack_gib", "mem slack GiB", "{:.3f}"), ("memory_slack_rel", "mem slack rel", "{:.1%}"),
+           ("ooms_per_series_day", "OOM / series-day", "{:.4f}"), ("oom_free_days", "OOM-free days", "{:.2%}"),
+           ("cpu_over_limit_min_per_day", "CPU min > limit /day", "{:.1f}"),
+           ("cpu_over_request_min_per_day", "CPU min > request /day", "{:.1f}"),
+           ("changes_per_series_day", "changes / series-day", "{:.2f}"))
+
+
+def _gap(base: float | None, best: float | None, value: float | None) -> float | None:
+    if base is None or best is None or value is None or base - best <= 0:
+        return None
+    return (base - value) / (base - best)
+
+
+def goals(by_name: dict[str, Metrics], name: str, baseline: str = "vpa") -> dict[str, Any] | None:
+    """The goal check of ``name`` against ``baseline`` and the oracle (None if either is missing)."""
+    if name not in by_name or baseline not in by_name or ORACLE not in by_name:
+        return None
+    m, b, o = by_name[name], by_name[baseline], by_name[ORACLE]
+    cpu_gap = _gap(b.cpu_slack_cores, o.cpu_slack_cores, m.cpu_slack_cores)
+    mem_gap = _gap(b.memory_slack_gib, o.memory_slack_gib, m.memory_slack_gib)
+    checks = {
+        "cpu_gap_closed": cpu_gap, "memory_gap_closed": mem_gap,
+        "cpu_gap_at_least_half": cpu_gap is not None and cpu_gap >= 0.5,
+        "memory_gap_at_least_half": mem_gap is None or mem_gap >= 0.5,
+        "ooms_not_above_baseline": (m.ooms_per_series_day or 0.0) <= (b.ooms_per_series_day or 0.0),
+        "cpu_over_request_not_above_baseline": m.cpu_over_request_min_per_day <= b.cpu_over_request_min_per_day,
+        "fewer_changes_than_baseline": m.changes_per_series_day < b.changes_per_series_day,
+    }
+    checks["all_met"] = all(v for k, v in checks.items() if isinstance(v, bool))
+    return {"strategy": name, "baseline": baseline, **checks}
+
+
+def to_json(result: BacktestResult, default: str = "podtailor") -> dict[str, Any]:
+    """The JSON document (schema ``podtailor.backtest/v1``)."""
+    per = result.metrics()
+    return {
+        "schema": SCHEMA, "source": result.source,
+        "columns": result.read_stats.columns, "rows_read": result.read_stats.rows,
+        "rows_dropped": result.read_stats.dropped_rows,
+        "config": {k: getattr(result.config, k) for k in result.config.__dataclass_fields__},
+        "strategies": {s.name: {"overrides": dict(s.overrides), "parameters": s.parameters()}
+                       for s in result.strategies},
+        "subsets": {sub: {name: m.to_dict() for name, m in per[sub].items()} for sub in SUBSETS},
+        "goals": {sub: goals(per[sub], default) for sub in SUBSETS},
+        "anchor": AUTOPILOT,
+        "speed": {"elapsed_s": result.elapsed_s, "series_days_per_s": result.series_days_per_s()},
+    }
+
+
+def write_json(result: BacktestResult, path: Path, default: str = "podtailor") -> None:
+    path.write_text(json.dumps(to_json(result, default), indent=2, default=str) + "\n")
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def table(result: BacktestResult, subset: str = "all") -> Table:
+    per = result.metrics()[subset]
+    out = Table(title=f"backtest: {subset} series ({result.source})")
+    out.add_column("strategy")
+    for _, title, _ in COLUMNS:
+        out.add_column(title, justify="right")
+    for name, m in per.items():
+        d = m.to_dict()
+        out.add_row(name, *(_cell(d[key], fmt) for key, _, fmt in COLUMNS))
+    out.add_row("Autopilot (paper)", "", "", "", "", "", f"{AUTOPILOT['memory_slack_rel']:.0%}", "",
+                f">{AUTOPILOT['oom_free_days']:.1%}", "", "", "")
+    return out
+
+
+def markdown(result: BacktestResult, subset: str = "all") -> str:
+    """The same table as Markdown (for RESULTS.md)."""
+    per = result.metrics()[subset]
+    head = "| strategy | " + " | ".join(title for _, title, _ in COLUMNS) + " |"
+    lines = [head, "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, m in per.items():
+        d = m.to_dict()
+        lines.append(f"| {name} | " + " | ".join(_cell(d[key], fmt) for key, _, fmt in COLUMNS) + " |")
+    lines.append("| Autopilot (paper, ML) | | | | | | 23% | | >99.5% | | | |")
+    return "\n".join(lines)
+
+
+def print_report(result: BacktestResult, console: Console, default: str = "podtailor") -> None:
+    per = result.metrics()
+    for sub in SUBSETS:
+        if per[sub] and any(m.series for m in per[sub].values()):
+            console.print(table(result, sub))
+            g = goals(per[sub], default)
+            if g is not None:
+                console.print(f"goals for {default} vs {g['baseline']} ({sub}): " + ", ".join(
+                    f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in g.items()
+                    if k not in ("strategy", "baseline")))
+    console.print(f"{result.series_days_per_s():.1f} series-days replayed per second ({result.elapsed_s:.1f} s)")
+
+
+def write_png(result: BacktestResult, path: Path) -> None:
+    """Slack against OOM rate (memory) and against CPU minutes over the request, per strategy and subset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per = result.metrics()
+    fig, (ax_mem, ax_cpu) = plt.subplots(1, 2, figsize=(11, 4.5))
+    markers = {"all": "o", "odd": "^", "even": "s"}
+    for i, spec in enumerate(result.strategies):
+        color = f"C{i}"
+        for sub in SUBSETS:
+            m = per[sub].get(spec.name)
+            if m is None or not m.series:
+                continue
+            label = spec.name if sub == "all" else None
+            if m.memory_slack_rel is not None:
+                ax_mem.scatter(m.memory_slack_rel, m.ooms_per_series_day, color=color, marker=markers[sub],
+                               label=label)
+            ax_cpu.scatter(m.cpu_slack_rel, m.cpu_over_request_min_per_day, color=color, marker=markers[sub],
+                           label=label)
+    ax_mem.axvline(AUTOPILOT["memory_slack_rel"], color="grey", linestyle=":", label="Autopilot 23%")
+    ax_mem.set(xlabel="memory slack (limit - used) / limit", ylabel="OOM-equivalents per series-day",
+               title="memory")
+    ax_cpu.set(xlabel="CPU slack (request - used) / request", ylabel="CPU minutes over request per series-day",
+               title="CPU")
+    for ax in (ax_mem, ax_cpu):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="o all, ^ odd, s even", title_fontsize=7)
+    fig.suptitle(f"backtest: {Path(result.source).name}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

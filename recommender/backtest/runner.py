@@ -1,0 +1,164 @@
+"""Running a backtest: every strategy and the oracle over every series, in worker processes, into a result.
+
+Owns the orchestration and the result value. Series stream from a trace (``run_trace``) or come from
+Prometheus-style history (``run_history``: ``dict[ContainerKey, UsageBatch]``, one batch per container holding
+its whole history, as ``recommender.sources`` builds them); each series is replayed under each strategy in a
+worker (``workers`` processes; 1 runs inline) and scored, and the scores are summed per strategy over three
+subsets: ``all``, ``odd`` and ``even`` series (by the number at the end of the series id, or the series' position
+in the input when it has none), so a strategy tuned on the odd half can be reported on the held-out even half.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recommender.backtest.replay import ReplayConfig, make_grid, oracle, replay
+from recommender.backtest.scoring import Metrics, Totals, metrics, score
+from recommender.backtest.trace import ReadStats, Series, TraceColumns, read_trace
+from recommender.model.registry import get_strategy
+from recommender.model.types import ContainerKey, CurrentResources, UsageBatch
+
+ORACLE = "oracle"
+SUBSETS = ("all", "odd", "even")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrategySpec:
+    """A strategy by registry name with parameter overrides (picklable, rebuilt in each worker)."""
+
+    name: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    def parameters(self) -> dict[str, Any]:
+        if self.name == ORACLE:
+            return {"knows_future": True, "request": "peak of the step being provisioned", "limit": "= request"}
+        return get_strategy(self.name, **dict(self.overrides)).parameters()
+
+
+@dataclass(slots=True)
+class BacktestResult:
+    """Per subset and strategy the summed ``Totals``; ``metrics()`` derives the report's figures."""
+
+    strategies: list[StrategySpec]
+    config: ReplayConfig
+    totals: dict[str, dict[str, Totals]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    read_stats: ReadStats = field(default_factory=ReadStats)
+    source: str = ""
+
+    def metrics(self) -> dict[str, dict[str, Metrics]]:
+        return {sub: {name: metrics(t) for name, t in per.items()} for sub, per in self.totals.items()}
+
+    def series_days_per_s(self) -> float:
+        days = self.totals.get("all", {}).get(ORACLE, Totals()).series_days
+        return days / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def _parity(series_id: str, position: int) -> str:
+    match = re.search(r"(\d+)$", series_id)
+    number = int(match.group(1)) if match else position
+    return "odd" if number % 2 else "even"
+
+
+def score_series(series: Series, specs: list[StrategySpec], cfg: ReplayConfig) -> dict[str, Totals]:
+    """Replay one series under every strategy (and the oracle when listed) and score it."""
+    if len(series) < 2:
+        return {}
+    grid = make_grid(series, cfg)
+    out: dict[str, Totals] = {}
+    for spec in specs:
+        if spec.name == ORACLE:
+            plan = oracle(series, cfg, grid)
+        else:
+            plan = replay(series, get_strategy(spec.name, **dict(spec.overrides)), cfg, grid)
+        out[spec.name] = score(series, plan, grid)
+    return out
+
+
+def _work(args: tuple[Series, list[StrategySpec], ReplayConfig]) -> dict[str, Totals]:
+    return score_series(*args)
+
+
+def _results(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayConfig,
+             workers: int) -> Iterator[tuple[str, dict[str, Totals]]]:
+    if workers <= 1:
+        for s in series:
+            yield s.series_id, score_series(s, specs, cfg)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending: list[tuple[str, Future[dict[str, Totals]]]] = []
+        for s in series:
+            pending.append((s.series_id, pool.submit(_work, (s, specs, cfg))))
+            while len(pending) >= 4 * workers:  # bounded: the reader never runs far ahead of the workers
+                sid, fut = pending.pop(0)
+                yield sid, fut.result()
+        for sid, fut in pending:
+            yield sid, fut.result()
+
+
+def run_series(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayConfig, *, workers: int = 1,
+               limit: int | None = None, source: str = "", stats: ReadStats | None = None) -> BacktestResult:
+    """Backtest every strategy of ``specs`` over ``series`` (at most ``limit`` of them)."""
+    result = BacktestResult(strategies=specs, config=cfg, source=source, read_stats=stats or ReadStats())
+    result.totals = {sub: {spec.name: Totals() for spec in specs} for sub in SUBSETS}
+    started = time.perf_counter()
+    chosen = (s for i, s in enumerate(series) if limit is None or i < limit)
+    for position, (sid, per) in enumerate(_results(chosen, specs, cfg, workers), start=1):
+        for sub in ("all", _parity(sid, position)):
+            for name, t in per.items():
+                result.totals[sub][name] = result.totals[sub][name] + t
+        if limit is not None and position >= limit:
+            break
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def run_trace(path: Path, specs: list[StrategySpec], cfg: ReplayConfig, *, columns: TraceColumns | None = None,
+              workers: int = 1, limit: int | None = None) -> BacktestResult:
+    """Backtest a tidy trace CSV (see ``recommender.backtest.trace``), streamed series by series."""
+    stats = ReadStats()
+    series = read_trace(path, columns, stats=stats)
+    return run_series(series, specs, cfg, workers=workers, limit=limit, source=str(path), stats=stats)
+
+
+def series_from_history(history: Mapping[ContainerKey, UsageBatch],
+                        current: Mapping[ContainerKey, CurrentResources] | None = None) -> Iterator[Series]:
+    """Prometheus-style history as ``Series``: memory aligned to the CPU timestamps (the latest reading at or
+    before each, NaN before the first); the provisioned amount is the current limit, else the request."""
+    for key, batch in sorted(history.items()):
+        ts = batch.cpu_cores.timestamps_s
+        if ts.size < 2:
+            continue
+        order = np.argsort(ts, kind="stable")
+        ts, cpu = ts[order], batch.cpu_cores.values[order]
+        mem = None
+        if len(batch.memory_peak_bytes):
+            mo = np.argsort(batch.memory_peak_bytes.timestamps_s, kind="stable")
+            mts, mval = batch.memory_peak_bytes.timestamps_s[mo], batch.memory_peak_bytes.values[mo]
+            idx = np.searchsorted(mts, ts, side="right") - 1
+            mem = np.where(idx >= 0, mval[np.maximum(idx, 0)], np.nan)
+            mem = np.where(mem > 0, mem, np.nan)
+        res = current.get(key) if current else None
+        cpu_prov = mem_prov = None
+        if res is not None:
+            cpu_m = res.limits.cpu_millicores or res.requests.cpu_millicores
+            mem_b = res.limits.memory_bytes or res.requests.memory_bytes
+            cpu_prov = None if cpu_m is None else np.full(ts.size, cpu_m / 1000.0)
+            mem_prov = None if mem_b is None else np.full(ts.size, float(mem_b))
+        sid = f"{key.namespace}/{key.workload_kind}/{key.workload_name}/{key.container}"
+        yield Series(series_id=sid, timestamps_s=ts, cpu_cores=cpu, memory_bytes=mem,
+                     cpu_provisioned_cores=cpu_prov, memory_provisioned_bytes=mem_prov)
+
+
+def run_history(history: Mapping[ContainerKey, UsageBatch], specs: list[StrategySpec], cfg: ReplayConfig, *,
+                current: Mapping[ContainerKey, CurrentResources] | None = None, workers: int = 1) -> BacktestResult:
+    """Backtest Prometheus-style history (for ``recommender.sources``; see ``series_from_history``)."""
+    return run_series(series_from_history(history, current), specs, cfg, workers=workers, source="history")

@@ -1,0 +1,68 @@
+"""Unit tests of the backtest command line: exit codes, the JSON schema and the PNG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recommender.backtest.cli import add_backtest_parser, run_backtest
+
+HOUR = 3600.0
+T0 = 1_700_006_400
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_backtest_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["backtest", *argv])
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two 2-day series at 5-minute samples with a daily CPU cycle."""
+    path = tmp_path_factory.mktemp("cli") / "trace.csv"
+    lines = ["series_id,timestamp_s,cpu_cores,memory_bytes,cpu_provisioned_cores,memory_provisioned_bytes"]
+    for sid in (1, 2):
+        for i in range(2 * 288):
+            cpu = 0.2 + 0.1 * sid * (1 + np.sin(2 * np.pi * i / 288))
+            lines.append(f"vm-{sid},{T0 + 300 * i},{cpu:.4f},{(100 + i % 7) * 2**20},2,{4 * 2**30}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_missing_file_and_bad_column_exit_2(tmp_path: Path, trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_backtest(parse(str(tmp_path / "nope.csv"), "--workers", "1")) == 2
+    assert "trace file not found" in capsys.readouterr().err
+    assert run_backtest(parse(str(trace), "--cpu-column", "cpu_millis", "--workers", "1")) == 2
+    assert "CPU column 'cpu_millis' not in the header" in capsys.readouterr().err
+    assert run_backtest(parse(str(trace), "--strategies", "vpa,nope", "--workers", "1")) == 2
+    assert "unknown strategy 'nope'" in capsys.readouterr().err
+    assert run_backtest(parse(str(trace), "--set", "vpa.bogus=1", "--workers", "1")) == 2
+    assert "unknown parameter" in capsys.readouterr().err
+    assert run_backtest(parse("--prometheus")) == 2
+    assert "not wired yet" in capsys.readouterr().err
+
+
+def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    args = parse(str(trace), "--workers", "1", "--json", str(out), "--png", str(png), "--quiet",
+                 "--strategies", "vpa,podtailor", "--set", "podtailor.resize_down_fraction=0.3")
+    assert run_backtest(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "podtailor.backtest/v1"
+    assert set(doc["subsets"]) == {"all", "odd", "even"}
+    assert set(doc["subsets"]["all"]) == {"vpa", "podtailor", "oracle"}
+    row = doc["subsets"]["all"]["oracle"]
+    assert set(row) == {"series", "series_days", "cpu_slack_cores", "cpu_slack_rel", "memory_slack_gib",
+                        "memory_slack_rel", "ooms_per_series_day", "oom_free_days", "cpu_over_limit_min_per_day",
+                        "cpu_over_request_min_per_day", "changes_per_series_day"}
+    assert row["series"] == 2 and row["series_days"] == 2 and row["ooms_per_series_day"] == 0.0
+    assert doc["strategies"]["podtailor"]["parameters"]["resize_down_fraction"] == 0.3
+    assert doc["strategies"]["vpa"]["parameters"]["margin_fraction"] == 0.15
+    assert doc["goals"]["all"]["strategy"] == "podtailor" and "memory_gap_closed" in doc["goals"]["all"]
+    assert doc["config"]["warmup_s"] == 86400.0 and doc["speed"]["series_days_per_s"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
