@@ -1,0 +1,576 @@
+"""The install manifests on the real API server, and podtailor running as its own ServiceAccounts.
+
+``kustomize build`` (kustomize built from Go modules by scripts/build-kustomize.sh, cached) renders the
+base, the dry-run overlay and the optional components; every object is server-side applied (twice: the
+second apply changes nothing). Then each component authenticates with a token from the TokenRequest API,
+never admin credentials, and does its part of a cycle: the recommender recommends from Prometheus history,
+the updater plans and resizes in place under leader election, evicts (the fallback) and, once granted the
+template-fallback role in one namespace, may patch that namespace's templates; the webhook's account reads
+VPAs. SubjectAccessReviews prove each account may do what it needs and nothing listed as forbidden.
+
+The test cluster has no Prometheus Operator: a minimal ServiceMonitor CRD is installed first (and removed
+afterwards) so the ServiceMonitor is applied and validated like everything else. Cluster-scoped objects
+and podtailor-system are shared by the session: applied under their real names, deleted at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from recommender.units import parse_cpu_millicores
+from tests.conftest import SimFactory
+from tests.harness.process import free_port
+from tests.harness.prometheus import LocalPrometheus
+from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
+from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
+from tests.nodesim.usage import Constant
+from tests.waiting import eventually
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+NS = "podtailor-system"
+MANAGER = "podtailor-manifests-test"
+POOL_KEY = POOL_LABEL_KEYS["podtailor"]
+Mi = 2**20
+SERVICE_MONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+             "names": {"plural": "servicemonitors", "singular": "servicemonitor", "kind": "ServiceMonitor",
+                       "listKind": "ServiceMonitorList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+# -- kustomize and server-side apply ------------------------------------------------------------------
+@cache
+def kustomize_bin() -> str:
+    done = subprocess.run(["bash", str(REPO / "scripts" / "build-kustomize.sh")], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, f"scripts/build-kustomize.sh failed:\n{done.stderr[-3000:]}"
+    return done.stdout.strip().splitlines()[-1]
+
+
+def build(path: Path) -> list[dict[str, Any]]:
+    done = subprocess.run([kustomize_bin(), "build", str(path)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def raw(api: client.ApiClient, method: str, path: str, body: str | None = None, query: list[Any] | None = None,
+        content_type: str = "application/json") -> Any:
+    """One request through the client's own serialization, authentication and TLS; ApiException on >= 400."""
+    params = api.param_serialize(method=method, resource_path=path, query_params=query or [], body=body,
+                                 header_params={"Content-Type": content_type, "Accept": "application/json"},
+                                 auth_settings=["BearerToken"])
+    resp = api.call_api(*params, _request_timeout=30)
+    data = resp.read()
+    if resp.status >= 400:
+        raise client.ApiException(http_resp=resp, body=data.decode(errors="replace"))
+    return json.loads(data)
+
+
+class Applier:
+    """Server-side apply of any object, resolving kinds through discovery."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.kinds: dict[tuple[str, str], tuple[str, bool]] = {}
+
+    def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
+        if (api_version, kind) not in self.kinds:
+            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            for r in raw(self.api, "GET", base)["resources"]:
+                if "/" not in r["name"]:
+                    self.kinds[(api_version, r["kind"])] = (r["name"], r["namespaced"])
+        return self.kinds[(api_version, kind)]
+
+    def path(self, obj: dict[str, Any]) -> str:
+        plural, namespaced = self._resource(obj["apiVersion"], obj["kind"])
+        base = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
+        ns = f"/namespaces/{obj['metadata']['namespace']}" if namespaced else ""
+        return f"{base}{ns}/{plural}/{obj['metadata']['name']}"
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = raw(self.api, "PATCH", self.path(obj), body=json.dumps(obj),
+                                  query=[("fieldManager", MANAGER), ("force", "true")],
+                                  content_type="application/apply-patch+yaml")
+        return out
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        try:
+            raw(self.api, "DELETE", self.path(obj))
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def wait_established(api: client.ApiClient, name: str) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    eventually(f"CRD {name} established", lambda: any(
+        c.type == "Established" and c.status == "True"
+        for c in ext.read_custom_resource_definition(name).status.conditions or []), timeout_s=30)
+
+
+STATUS_WRITTEN = {"CustomResourceDefinition", "Namespace", "Deployment", "PodDisruptionBudget"}
+
+
+def applied_stamp(obj: dict[str, Any]) -> str:
+    """What changes when an apply writes: generation, the time of our apply (seconds) and, for kinds no
+    controller writes status to, the resourceVersion."""
+    [ours] = [m for m in obj["metadata"]["managedFields"] if m["manager"] == MANAGER and m["operation"] == "Apply"]
+    rv = "" if obj["kind"] in STATUS_WRITTEN else obj["metadata"]["resourceVersion"]
+    return f"{obj['metadata'].get('generation')}@{ours.get('time')}/{rv}"
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+# -- the installed base (module scope) -----------------------------------------------------------------
+class Install:
+    def __init__(self, api: client.ApiClient, objs: list[dict[str, Any]], first: dict[str, str],
+                 second: dict[str, str]) -> None:
+        self.api, self.objs, self.first, self.second = api, objs, first, second
+
+
+@pytest.fixture(scope="module")
+def install(api: client.ApiClient, crds: list[str]) -> Iterator[Install]:
+    applier = Applier(api)
+    ext = client.ApiextensionsV1Api(api)
+    objs = build(MANIFESTS)
+    samples = [yaml.safe_load((MANIFESTS / "samples" / "resizepolicy.yaml").read_text())]
+    vpa_crd = yaml.safe_load((MANIFESTS / "crds" / "autoscaling.k8s.io_verticalpodautoscalers.yaml").read_text())
+    created_sm_crd = False
+    applied: list[dict[str, Any]] = []
+    try:
+        try:
+            ext.read_custom_resource_definition(SERVICE_MONITOR_CRD["metadata"]["name"])
+        except client.ApiException as err:
+            assert err.status == 404
+            applier.apply(SERVICE_MONITOR_CRD)
+            created_sm_crd = True
+            wait_established(api, SERVICE_MONITOR_CRD["metadata"]["name"])
+        order = {"CustomResourceDefinition": 0, "Namespace": 1}
+        ordered = sorted([*objs, vpa_crd, *samples], key=lambda o: order.get(o["kind"], 2))
+        versions: list[dict[str, str]] = [{}, {}]
+        for round_ in (0, 1):
+            time.sleep(1.1 * round_)  # so that a second apply that wrote would show a later time
+            for obj in ordered:
+                out = applier.apply(obj)
+                if round_ == 0 and obj["kind"] not in ("CustomResourceDefinition",):
+                    applied.append(obj)
+                if obj["kind"] == "CustomResourceDefinition":
+                    wait_established(api, obj["metadata"]["name"])
+                key = f"{obj['kind']}/{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+                versions[round_][key] = applied_stamp(out)
+        yield Install(api, objs, versions[0], versions[1])
+    finally:
+        for obj in reversed(applied):
+            if obj["kind"] != "Namespace":
+                applier.delete(obj)
+        applier.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        if created_sm_crd:
+            applier.delete(SERVICE_MONITOR_CRD)
+
+
+def test_kustomize_builds_the_base_the_dry_run_overlay_and_the_components(tmp_path: Path) -> None:
+    full = build(MANIFESTS)
+    kinds = {o["kind"] for o in full}
+    assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "Deployment",
+            "Service", "ServiceMonitor", "NetworkPolicy", "PodDisruptionBudget", "MutatingWebhookConfiguration",
+            "ConfigMap"} <= kinds
+    assert {d["metadata"]["name"] for d in by_kind(full, "Deployment")} == {
+        "podtailor-recommender", "podtailor-updater", "podtailor-webhook"}
+    # The VPA CRD is optional and separate; ours are in the base.
+    assert {c["metadata"]["name"] for c in by_kind(full, "CustomResourceDefinition")} == {
+        "recommendercheckpoints.podtailor.io", "resizepolicies.podtailor.io", "resizerollouts.podtailor.io"}
+    assert all(o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "podtailor"
+               for o in full if o["kind"] != "CustomResourceDefinition")
+    dashboard = by_kind(full, "ConfigMap")[0]
+    assert json.loads(dashboard["data"]["podtailor-dashboard.json"])["uid"] == "podtailor"
+
+    dry = build(MANIFESTS / "overlays" / "dry-run")
+    components = {o["metadata"].get("labels", {}).get("app.kubernetes.io/component") for o in dry}
+    assert "updater" not in components and "webhook" not in components
+    assert [d["metadata"]["name"] for d in by_kind(dry, "Deployment")] == ["podtailor-recommender"]
+    assert not by_kind(dry, "MutatingWebhookConfiguration")
+    assert {r["metadata"]["name"] for r in by_kind(dry, "ClusterRoleBinding")} == {"podtailor-recommender"}
+    assert by_kind(dry, "ServiceMonitor") and by_kind(dry, "ConfigMap")
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    rel = os.path.relpath(MANIFESTS, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [rel], "components": [f"{rel}/components/template-fallback", f"{rel}/components/cert-manager"]}))
+    extended = build(overlay)
+    assert "podtailor-updater-template-fallback" in {b["metadata"]["name"]
+                                                      for b in by_kind(extended, "ClusterRoleBinding")}
+    [mwc] = by_kind(extended, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "podtailor-system/podtailor-webhook"
+    assert by_kind(extended, "Certificate")[0]["spec"]["secretName"] == "podtailor-webhook-tls"
+
+
+def test_every_manifest_applies_server_side_and_is_idempotent(install: Install) -> None:
+    # Applied: every object of the base, the optional VPA CRD and the sample ResizePolicy (validated by its CRD).
+    assert len(install.first) == len(install.objs) + 2
+    changed = {k for k in install.first if install.first[k] != install.second[k]}
+    assert not changed, f"a second apply changed {sorted(changed)}"
+    core, apps = client.CoreV1Api(install.api), client.AppsV1Api(install.api)
+    labels = core.read_namespace(NS).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # The Pod Security admission plugin let every Deployment's pods in (restricted level, enforced)...
+    for d in by_kind(install.objs, "Deployment"):
+        sel = ",".join(f"{k}={v}" for k, v in d["spec"]["selector"]["matchLabels"].items())
+        eventually(f"{d['metadata']['name']} pods created",
+                   lambda sel=sel: len(core.list_namespaced_pod(NS, label_selector=sel).items) == 2, timeout_s=30)
+        assert apps.read_namespaced_deployment(d["metadata"]["name"], NS).spec.replicas == 2
+    # ...and it is really enforcing: a privileged pod is refused.
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "not-restricted", "namespace": NS},
+           "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]}}
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(NS, bad, dry_run="All")
+    assert refused.value.status == 403 and "PodSecurity" in refused.value.body
+
+
+# -- ServiceAccounts ----------------------------------------------------------------------------------
+def sa_token(api: client.ApiClient, name: str) -> str:
+    req = client.CoreV1Api(api).create_namespaced_service_account_token(name, NS, {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 1800}})
+    token: str = req.status.token
+    return token
+
+
+def sa_client(cluster: Any, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = cluster.server
+    cfg.ssl_ca_cert = cluster.ca_cert
+    cfg.api_key = {"authorization": token}
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(cfg)
+
+
+def sa_kubeconfig(cluster: Any, tmp: Path, name: str, token: str) -> Path:
+    path = tmp / f"{name}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": "local",
+                      "cluster": {"server": cluster.server, "certificate-authority": cluster.ca_cert}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}]}))
+    path.chmod(0o600)
+    return path
+
+
+def allowed(api: client.ApiClient, sa: str, verb: str, resource: str, group: str = "", namespace: str = "",
+            name: str = "", subresource: str = "") -> bool:
+    review = client.AuthorizationV1Api(api).create_subject_access_review({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": f"system:serviceaccount:{NS}:{sa}",
+                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "resource": resource, "group": group, "namespace": namespace,
+                                        "name": name, "subresource": subresource}}})
+    return bool(review.status.allowed)
+
+
+VPA, PT = "autoscaling.k8s.io", "podtailor.io"
+# (verb, resource, group, namespace, name, subresource); namespace "*" stands for the test's namespace.
+NEEDS: dict[str, list[tuple[str, ...]]] = {
+    "podtailor-recommender": [
+        ("list", "verticalpodautoscalers", VPA, ""), ("get", "verticalpodautoscalers", VPA, "*", "web"),
+        ("update", "verticalpodautoscalers", VPA, "*", "web", "status"),
+        ("get", "recommendercheckpoints", PT, "*"), ("create", "recommendercheckpoints", PT, "*"),
+        ("patch", "recommendercheckpoints", PT, "*", "web"), ("list", "pods", "", ""),
+        ("get", "deployments", "apps", "*"), ("get", "statefulsets", "apps", "*"), ("get", "daemonsets", "apps", "*"),
+        ("get", "replicasets", "apps", "*"), ("get", "jobs", "batch", "*"), ("get", "cronjobs", "batch", "*"),
+        ("create", "leases", "coordination.k8s.io", NS),
+        ("get", "leases", "coordination.k8s.io", NS, "podtailor-recommender"),
+        ("update", "leases", "coordination.k8s.io", NS, "podtailor-recommender")],
+    "podtailor-updater": [
+        ("list", "pods", "", ""), ("list", "nodes", "", ""), ("list", "limitranges", "", ""),
+        ("patch", "pods", "", "*", "web-1", "resize"), ("create", "pods", "", "*", "web-1", "eviction"),
+        ("create", "events", "", "*"), ("list", "deployments", "apps", ""), ("list", "statefulsets", "apps", ""),
+        ("list", "daemonsets", "apps", ""), ("list", "replicasets", "apps", ""), ("list", "jobs", "batch", ""),
+        ("list", "cronjobs", "batch", ""), ("list", "horizontalpodautoscalers", "autoscaling", ""),
+        ("list", "verticalpodautoscalers", VPA, ""), ("list", "resizepolicies", PT, ""),
+        ("create", "resizerollouts", PT, ""), ("get", "resizerollouts", PT, "", "r1"),
+        ("list", "resizerollouts", PT, ""),
+        ("update", "resizerollouts", PT, "", "r1", "status"),
+        ("create", "leases", "coordination.k8s.io", NS),
+        ("get", "leases", "coordination.k8s.io", NS, "podtailor-updater"),
+        ("update", "leases", "coordination.k8s.io", NS, "podtailor-updater")],
+    "podtailor-webhook": [
+        ("get", "verticalpodautoscalers", VPA, "*"), ("list", "verticalpodautoscalers", VPA, ""),
+        ("watch", "verticalpodautoscalers", VPA, ""), ("get", "replicasets", "apps", "*"),
+        ("get", "deployments", "apps", "*"), ("list", "limitranges", "", "")],
+}
+NEVER_ANY = [  # forbidden for every podtailor ServiceAccount
+    ("get", "secrets", "", "*"), ("list", "secrets", "", ""), ("get", "secrets", "", NS),
+    ("create", "pods", "", "*", "web-1", "exec"), ("create", "pods", "", "*", "web-1", "attach"),
+    ("delete", "pods", "", "*", "web-1"), ("deletecollection", "pods", "", "*"), ("update", "pods", "", "*", "web-1"),
+    ("patch", "pods", "", "*", "web-1"), ("create", "pods", "", "*"), ("update", "nodes", "", "", "n1"),
+    ("patch", "nodes", "", "", "n1"), ("delete", "nodes", "", "", "n1"), ("*", "*", "*", ""), ("*", "*", "*", "*"),
+    ("impersonate", "users", ""), ("impersonate", "serviceaccounts", "", "*"), ("impersonate", "groups", ""),
+    ("escalate", "clusterroles", "rbac.authorization.k8s.io"), ("bind", "clusterroles", "rbac.authorization.k8s.io"),
+    ("create", "serviceaccounts", "", "*", "x", "token"), ("get", "configmaps", "", NS),
+    ("delete", "verticalpodautoscalers", VPA, "*", "web"), ("update", "verticalpodautoscalers", VPA, "*", "web"),
+    ("create", "resizepolicies", PT, ""), ("update", "resizepolicies", PT, "", "sample"),
+    ("delete", "resizerollouts", PT, "", "r1"),
+    ("get", "leases", "coordination.k8s.io", "kube-system", "kube-scheduler"),
+    ("update", "leases", "coordination.k8s.io", NS, "someone-else"), ("delete", "leases", "coordination.k8s.io", NS),
+    ("patch", "deployments", "apps", "*", "web"), ("update", "deployments", "apps", "*", "web"),
+    ("create", "mutatingwebhookconfigurations", "admissionregistration.k8s.io"),
+]
+NEVER: dict[str, list[tuple[str, ...]]] = {
+    "podtailor-recommender": [
+        ("patch", "pods", "", "*", "web-1", "resize"), ("create", "pods", "", "*", "web-1", "eviction"),
+        ("create", "resizerollouts", PT, ""), ("update", "leases", "coordination.k8s.io", NS, "podtailor-updater"),
+        ("list", "nodes", "", "")],
+    "podtailor-updater": [
+        ("update", "verticalpodautoscalers", VPA, "*", "web", "status"), ("create", "recommendercheckpoints", PT, "*"),
+        ("update", "resizerollouts", PT, "", "r1"), ("patch", "statefulsets", "apps", "*", "db"),
+        ("update", "leases", "coordination.k8s.io", NS, "podtailor-recommender")],
+    "podtailor-webhook": [
+        ("update", "verticalpodautoscalers", VPA, "*", "web", "status"), ("patch", "pods", "", "*", "web-1", "resize"),
+        ("create", "pods", "", "*", "web-1", "eviction"), ("create", "leases", "coordination.k8s.io", NS),
+        ("create", "events", "", "*"), ("list", "pods", "", "")],
+}
+
+
+def check(api: client.ApiClient, sa: str, rules: list[tuple[str, ...]], ns: str) -> list[tuple[str, bool]]:
+    out = []
+    for rule in rules:
+        verb, resource, group, namespace, name, sub = (*rule, "", "", "")[:6]
+        out.append((f"{verb} {group}/{resource}{'/' + sub if sub else ''} ns={namespace} name={name}",
+                    allowed(api, sa, verb, resource, group, ns if namespace == "*" else namespace, name, sub)))
+    return out
+
+
+def test_subject_access_reviews_grant_exactly_what_each_account_needs(install: Install, namespace: str) -> None:
+    api = install.api
+    eventually("RBAC in effect", lambda: allowed(api, "podtailor-updater", "patch", "pods", "", namespace, "p",
+                                                 "resize"), timeout_s=10)
+    for sa in NEEDS:
+        denied = [what for what, ok in check(api, sa, NEEDS[sa], namespace) if not ok]
+        assert not denied, f"{sa} lacks {denied}"
+        granted = [what for what, ok in check(api, sa, NEVER_ANY + NEVER[sa], namespace) if ok]
+        assert not granted, f"{sa} may {granted}"
+    # Template fallback: nothing until a namespace opts in with a RoleBinding; then only there, only patch.
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "podtailor-updater-template-fallback"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "podtailor-updater-template-fallback"},
+        "subjects": [{"kind": "ServiceAccount", "name": "podtailor-updater", "namespace": NS}]})
+    eventually("template fallback granted", lambda: allowed(api, "podtailor-updater", "patch", "deployments", "apps",
+                                                             namespace, "web"), timeout_s=10)
+    for kind in ("statefulsets", "daemonsets"):
+        assert allowed(api, "podtailor-updater", "patch", kind, "apps", namespace, "x")
+    assert not allowed(api, "podtailor-updater", "patch", "deployments", "apps", "default", "web")
+    assert not allowed(api, "podtailor-updater", "delete", "deployments", "apps", namespace, "web")
+    assert not allowed(api, "podtailor-updater", "update", "deployments", "apps", namespace, "web")
+    assert not allowed(api, "podtailor-recommender", "patch", "deployments", "apps", namespace, "web")
+
+
+# -- the cycle, as the ServiceAccounts ----------------------------------------------------------------
+def backfill(prom: LocalPrometheus, tmp: Path, ns: str, end_s: float) -> None:
+    containers = [ExportContainer(namespace=ns, pod=f"web-6b7c-{p}", container="app", node="n1",
+                                  model=Constant(cpu_cores=0.1, memory_bytes=100 * Mi), pod_uid=f"uid-{p}",
+                                  owner_kind="ReplicaSet", owner_name="web-6b7c", replicaset_owner_kind="Deployment",
+                                  replicaset_owner_name="web", cpu_request_millicores=1000,
+                                  memory_request_bytes=256 * Mi, memory_limit_bytes=512 * Mi)
+                  for p in ("aaaaa", "bbbbb")]
+    path = tmp / "history.om"
+    with path.open("w") as out:
+        write_openmetrics(out, containers, now_s=end_s, days=4, step_s=60)
+    prom.backfill(path)
+
+
+def get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    return code, proc.stderr.read() if proc.stderr else ""
+
+
+def running_pods(core: client.CoreV1Api, ns: str) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(ns, label_selector="app=web").items
+    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+            and p.status.container_statuses and all(c.ready for c in p.status.container_statuses)]
+
+
+def test_a_full_cycle_runs_as_the_service_accounts(
+    install: Install, cluster: Any, namespace: str, make_sim: SimFactory, prometheus: LocalPrometheus,
+    tmp_path: Path,
+) -> None:
+    api, ns = install.api, namespace
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    backfill(prometheus, tmp_path, ns, time.time() - 120)
+    pool = f"{ns[-6:]}-a"
+    make_sim(NodePool(name=pool, count=2, cpu_millicores=8000, memory_bytes=32 * 2**30), tick_s=0.2,
+             crash_backoff_s=0.5)
+    labels = {"app": "web"}
+    apps.create_namespaced_deployment(ns, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
+            # Opted out of the (not yet served) webhook, so pod creation does not wait for its timeout.
+            "metadata": {"labels": {**labels, "podtailor.io/admission": "skip"}, "annotations": {
+                "nodesim.podtailor.io/usage": json.dumps({"kind": "constant", "cpu_cores": 0.1,
+                                                          "memory_bytes": 100 * Mi})}},
+            "spec": {"nodeSelector": {POOL_KEY: pool}, "terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "app", "image": "registry.invalid/app:1",
+                "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "512Mi"}},
+                "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                                 {"resourceName": "memory", "restartPolicy": "NotRequired"}]}]}}}})
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(ns, {
+        "metadata": {"name": "web"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}})
+    # The sample VPA, in this namespace (validated by the VPA CRD); the policy covers only this namespace.
+    vpa = yaml.safe_load((MANIFESTS / "samples" / "vpa.yaml").read_text())
+    vpa["metadata"]["namespace"] = ns
+    Applier(api).apply(vpa)
+    policy = f"{ns}-policy"[:63]
+    custom.create_cluster_custom_object(PT, "v1alpha1", "resizepolicies", {
+        "apiVersion": f"{PT}/v1alpha1", "kind": "ResizePolicy", "metadata": {"name": policy},
+        "spec": {"namespaces": [ns], "steps": [{"fraction": 0, "bake": "1s"}, {"fraction": 1, "bake": "1s"}],
+                 "minPodAge": "0s", "changeThreshold": 0.05}})
+    tokens = {sa: sa_token(api, sa) for sa in NEEDS}
+    kubeconfigs = {sa: sa_kubeconfig(cluster, tmp_path, sa, t) for sa, t in tokens.items()}
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        eventually("web pods running", lambda: len(running_pods(core, ns)) == 2, timeout_s=60)
+
+        # 1. Recommend: `podtailor-recommender run` as its ServiceAccount, leading through its Lease.
+        rec = subprocess.Popen(
+            [sys.executable, "-m", "recommender", "run", "--kubeconfig", str(kubeconfigs["podtailor-recommender"]),
+             "--prometheus-url", prometheus.url, "-n", ns, "--scrape-interval", "60s", "--history", "5d",
+             "--interval", "2s", "--listen", f"127.0.0.1:{free_port()}", "--leader-election-namespace", NS,
+             "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        procs.append(rec)
+        status = eventually("a recommendation in the VPA status", lambda: custom.get_namespaced_custom_object(
+            VPA, "v1", ns, "verticalpodautoscalers", "web").get("status", {}).get("recommendation"), timeout_s=40)
+        code, err = stop(rec)
+        assert code == 0, err[-3000:]
+        target_cpu = parse_cpu_millicores(status["containerRecommendations"][0]["target"]["cpu"])
+        assert target_cpu < 500, status
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("podtailor-recommender", NS)
+        assert lease.spec.holder_identity
+        checkpoint = custom.get_namespaced_custom_object(PT, "v1alpha1", ns, "recommendercheckpoints", "web")
+        assert checkpoint["spec"]["containers"], "the leader checkpointed on its way out"
+
+        # 2. Plan: the updater's dry run, as its ServiceAccount.
+        upd_args = ["--kubeconfig", str(kubeconfigs["podtailor-updater"]), "-n", ns, "--pool-label", POOL_KEY]
+        planned = subprocess.run([sys.executable, "-m", "updater", "plan", *upd_args, "-o", "json"],
+                                 capture_output=True, text=True, timeout=60, check=False)
+        assert planned.returncode == 0, planned.stderr[-3000:]
+        [plan] = [p for p in json.loads(planned.stdout)["plans"] if p["policy"] == policy]
+        assert sorted(pod for b in plan["batches"] for pod in b["pods"]) == sorted(
+            f"{ns}/{p.metadata.name}" for p in running_pods(core, ns)), plan
+
+        # 3. Resize in place: `podtailor-updater run` as its ServiceAccount until the rollout completes.
+        port = free_port()
+        upd = subprocess.Popen([sys.executable, "-m", "updater", "run", *upd_args, "--interval", "1s",
+                                "--listen", f"127.0.0.1:{port}", "--leader-election-namespace", NS,
+                                "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        procs.append(upd)
+
+        def completed() -> bool:
+            rollouts = custom.list_cluster_custom_object(PT, "v1alpha1", "resizerollouts")["items"]
+            mine = [r for r in rollouts if r["spec"]["policy"] == policy]
+            return bool(mine) and all(r.get("status", {}).get("phase") == "Completed" for r in mine)
+
+        eventually("the rollout completed", completed, timeout_s=40, interval_s=0.5)
+        metrics = get(f"http://127.0.0.1:{port}/metrics")
+        code, err = stop(upd)
+        assert code == 0, err[-3000:]
+        pods = running_pods(core, ns)
+        assert [parse_cpu_millicores(p.status.container_statuses[0].resources.requests["cpu"]) for p in pods] == [
+            target_cpu, target_cpu]
+        assert all(p.status.container_statuses[0].restart_count == 0 for p in pods)
+        resizes = [float(line.split()[-1]) for line in metrics.splitlines()
+                   if line.startswith("podtailor_updater_resizes_total ")]
+        assert resizes and resizes[0] >= 2, metrics
+        assert client.CoordinationV1Api(api).read_namespaced_lease("podtailor-updater", NS).spec.holder_identity
+        events = core.list_namespaced_event(ns).items
+        assert any(e.source and e.source.component == "podtailor-updater" for e in events)
+
+        # 4. Fall back: the updater's account evicts (the API server honours the PDB), and cannot delete.
+        updater_api = sa_client(cluster, tokens["podtailor-updater"])
+        victim = pods[0]
+        with pytest.raises(client.ApiException) as refused:
+            client.CoreV1Api(updater_api).delete_namespaced_pod(victim.metadata.name, ns)
+        assert refused.value.status == 403
+
+        def evict() -> bool:
+            try:
+                client.CoreV1Api(updater_api).create_namespaced_pod_eviction(victim.metadata.name, ns, {
+                    "apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": victim.metadata.name, "namespace": ns},
+                    "deleteOptions": {"preconditions": {"uid": victim.metadata.uid}}})
+                return True
+            except client.ApiException as err:
+                if err.status == 429:  # the disruption controller has not counted the PDB yet
+                    return False
+                raise
+
+        eventually("the eviction accepted", evict, timeout_s=20, interval_s=0.3)
+        # The template fallback, in this opted-in namespace only (a server-side dry run: authorized, not applied).
+        client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(ns, {
+            "metadata": {"name": "podtailor-updater-template-fallback"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "podtailor-updater-template-fallback"},
+            "subjects": [{"kind": "ServiceAccount", "name": "podtailor-updater", "namespace": NS}]})
+        patch = {"spec": {"template": {"metadata": {"annotations": {"podtailor.io/resized": "test"}}}}}
+        eventually("template patch allowed", lambda: client.AppsV1Api(updater_api).patch_namespaced_deployment(
+            "web", ns, patch, dry_run="All"), timeout_s=10)
+
+        # 5. Admit: the webhook's account reads the VPAs it needs (the webhook server itself is not here yet).
+        webhook_api = sa_client(cluster, tokens["podtailor-webhook"])
+        vpas = client.CustomObjectsApi(webhook_api).list_namespaced_custom_object(VPA, "v1", ns,
+                                                                                  "verticalpodautoscalers")
+        assert [v["metadata"]["name"] for v in vpas["items"]] == ["web"]
+        with pytest.raises(client.ApiException) as refused:
+            client.CoreV1Api(webhook_api).list_namespaced_secret(ns)
+        assert refused.value.status == 403
+        # The recommender's account cannot read secrets either, nor resize.
+        recommender_api = sa_client(cluster, tokens["podtailor-recommender"])
+        with pytest.raises(client.ApiException) as refused:
+            client.CoreV1Api(recommender_api).list_namespaced_secret(NS)
+        assert refused.value.status == 403
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        custom.delete_cluster_custom_object(PT, "v1alpha1", "resizepolicies", policy)
+        for r in custom.list_cluster_custom_object(PT, "v1alpha1", "resizerollouts")["items"]:
+            if r["spec"]["policy"] == policy:
+                custom.delete_cluster_custom_object(PT, "v1alpha1", "resizerollouts", r["metadata"]["name"])
