@@ -36,6 +36,7 @@ commands:
   plan      dry run: what would be resized, how (online, restart, fallback), in which batch
   run       continuous: a pass every --interval with leader election, /metrics, /healthz, /readyz
   rollback  restore the recorded resources of every pod a rollout touched
+  webhook   mutating admission webhook: new pods start at the VPA target
 """
 log = logging.getLogger("podtailor.updater")
 
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("rollout", help="ResizeRollout name (kubectl get resizerollouts)")
     rollback.add_argument("--timeout", type=duration_s, default=300.0, metavar="DURATION",
                           help="give up waiting for the kubelets after this (default: 5m)")
+    from updater.webhook.cli import add_webhook_parser
+
+    add_webhook_parser(sub)
     for p in (plan, run, rollback):
         add_kube_flags(p)
         p.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable)")
@@ -231,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "webhook":
+        from updater.webhook.cli import run_webhook
+
+        return run_webhook(args)
     setup_logging(args.log_format, args.log_level)
     commands = {"plan": cmd_plan, "run": cmd_run, "rollback": cmd_rollback}
     try:

@@ -1,0 +1,159 @@
+"""The webhook's in-memory view of the cluster: VPA targets and workload owners, refreshed in the background.
+
+Owns listing, every ``--resync`` seconds, the VerticalPodAutoscalers (cluster-wide), and only in the
+namespaces that have a VPA: ReplicaSets when some VPA there targets a Deployment (ReplicaSet -> Deployment),
+Jobs when one targets a CronJob (Job -> CronJob), LimitRanges and HPAs (the same constraints the in-place
+planner applies). Each refresh builds a new immutable ``TargetSnapshot`` and swaps it in, so admission
+reads memory only and never waits for the API server. A pod's workload comes from its controller owner
+reference through the updater's ``WorkloadIndex`` (a ReplicaSet created after the last list is mapped by
+its ``pod-template-hash``; a Job created after it, by the CronJob naming rule ``<cronjob>-<minutes>``).
+A VPA that cannot be read is remembered with its error, so its pods get a warning instead of a guess; two
+VPAs for one workload: the first by name wins (and it is logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from updater.kube.errors import Listing, list_raw
+from updater.kube.fields import MalformedObject, Obj
+from updater.kube.objects import container_limits, convert_hpa, convert_vpa, merge_by_namespace, vpa_target_key
+from updater.kube.workloads import WorkloadIndex, WorkloadKey
+from updater.policy.changes import Constraints
+from updater.policy.types import LimitRangeView, WorkloadTarget
+from updater.webhook.mutation import Resolution
+
+log = logging.getLogger("podtailor.updater.webhook")
+KINDS = ("VerticalPodAutoscaler", "ReplicaSet", "Job", "LimitRange", "HorizontalPodAutoscaler")
+CLUSTER_WIDE_ABOVE = 50
+"""List a kind cluster-wide instead of once per namespace when more namespaces than this need it."""
+_CRONJOB_JOB = re.compile(r"^(?P<cronjob>.+)-\d+$")
+_READ_ERRORS = (MalformedObject, KeyError, TypeError, AttributeError, ValueError)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetSnapshot:
+    """One refresh's worth of lookups; never mutated after ``build_snapshot``."""
+
+    targets: Mapping[WorkloadKey, WorkloadTarget] = field(default_factory=dict)
+    broken: Mapping[WorkloadKey, str] = field(default_factory=dict)
+    """Workloads whose VPA could not be read -> the error."""
+    index: WorkloadIndex = field(default_factory=WorkloadIndex)
+    limit_ranges: Mapping[str, LimitRangeView] = field(default_factory=dict)
+    hpa_resources: Mapping[WorkloadKey, frozenset[str]] = field(default_factory=dict)
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """Objects listed per kind (for the metrics)."""
+
+    def workload(self, namespace: str, meta: Mapping[str, Any]) -> tuple[str, str]:
+        refs = meta.get("ownerReferences") or []
+        labels = meta.get("labels") or {}
+        name = str(meta.get("name") or meta.get("generateName") or "")
+        kind, workload = self.index.top_owner(namespace, name, list(refs), labels)
+        if kind == "Job" and (namespace, "Job", workload) not in self.index.replicas:
+            m = _CRONJOB_JOB.match(workload)
+            if m and (namespace, "CronJob", m["cronjob"]) in self.targets:
+                return "CronJob", m["cronjob"]
+        return kind, workload
+
+    def resolve(self, namespace: str, meta: Mapping[str, Any]) -> Resolution:
+        kind, name = self.workload(namespace, meta)
+        key = (namespace, kind, name)
+        cons = Constraints(limit_range=self.limit_ranges.get(namespace),
+                           hpa_resources=self.hpa_resources.get(key, frozenset()))
+        return Resolution(workload_kind=kind, workload_name=name, target=self.targets.get(key),
+                          error=self.broken.get(key, ""), constraints=cons)
+
+
+def _vpas(objs: Iterable[Obj]) -> tuple[dict[WorkloadKey, WorkloadTarget], dict[WorkloadKey, str]]:
+    targets: dict[WorkloadKey, WorkloadTarget] = {}
+    broken: dict[WorkloadKey, str] = {}
+    ordered = sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("name", "")))
+    for obj in ordered:
+        key = vpa_target_key(obj)
+        if key in targets or key in broken:
+            log.warning("two VPAs target one workload; the first by name wins",
+                        extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}"})
+            continue
+        try:
+            targets[key] = convert_vpa(obj, replicas=0)
+        except _READ_ERRORS as err:
+            log.warning("unreadable VPA; its pods are admitted unchanged",
+                        extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}", "error": str(err)})
+            broken[key] = str(err)[:200]
+    return targets, broken
+
+
+def _convert(kind: str, objs: Iterable[Obj], convert: Callable[[Obj], Any]) -> list[Any]:
+    out = []
+    for obj in objs:
+        try:
+            out.append(convert(obj))
+        except _READ_ERRORS as err:
+            log.warning("skipping malformed object", extra={"kind": kind, "error": str(err)})
+    return out
+
+
+def build_snapshot(raw: Mapping[str, Sequence[Obj]]) -> TargetSnapshot:
+    """Raw items per kind (see KINDS) -> lookups (pure apart from warnings)."""
+    index = WorkloadIndex()
+    index.add("ReplicaSet", raw.get("ReplicaSet", ()))
+    index.add("Job", raw.get("Job", ()))
+    targets, broken = _vpas(raw.get("VerticalPodAutoscaler", ()))
+    limit_ranges = merge_by_namespace(_convert("LimitRange", raw.get("LimitRange", ()), container_limits))
+    hpas = _convert("HorizontalPodAutoscaler", raw.get("HorizontalPodAutoscaler", ()), convert_hpa)
+    return TargetSnapshot(targets=targets, broken=broken, index=index,
+                          limit_ranges={lr.namespace: lr for lr in limit_ranges},
+                          hpa_resources={(h.namespace, h.workload_kind, h.workload_name): h.utilization_resources
+                                         for h in hpas},
+                          counts={kind: len(raw.get(kind, ())) for kind in KINDS})
+
+
+def needed_namespaces(vpas: Iterable[Obj]) -> dict[str, set[str]]:
+    """Kind -> namespaces where it must be listed, from the VPAs' target kinds."""
+    out: dict[str, set[str]] = {kind: set() for kind in KINDS[1:]}
+    for obj in vpas:
+        ns, kind, _ = vpa_target_key(obj)
+        out["LimitRange"].add(ns)
+        out["HorizontalPodAutoscaler"].add(ns)
+        if kind == "Deployment":
+            out["ReplicaSet"].add(ns)
+        elif kind == "CronJob":
+            out["Job"].add(ns)
+    return out
+
+
+class TargetCache:
+    """Lists with ``listings`` (from ``ClusterReader``); ``snapshot`` is the last good refresh."""
+
+    def __init__(self, listings: Mapping[str, Listing]) -> None:
+        self.listings = listings
+        self.snapshot = TargetSnapshot()
+        self.synced_monotonic: float | None = None
+        self._lock = threading.Lock()
+
+    def _list(self, kind: str, namespaces: set[str]) -> list[Obj]:
+        if not namespaces:
+            return []
+        if len(namespaces) > CLUSTER_WIDE_ABOVE:
+            return [o for o in list_raw(self.listings[kind])
+                    if (o.get("metadata") or {}).get("namespace") in namespaces]
+        return [o for ns in sorted(namespaces) for o in list_raw(self.listings[kind], ns)]
+
+    def refresh(self) -> TargetSnapshot:
+        """List and swap in a new snapshot; a KubeError propagates and the old snapshot stays."""
+        with self._lock:
+            raw: dict[str, list[Obj]] = {"VerticalPodAutoscaler": list_raw(self.listings["VerticalPodAutoscaler"])}
+            for kind, namespaces in needed_namespaces(raw["VerticalPodAutoscaler"]).items():
+                raw[kind] = self._list(kind, namespaces)
+            snapshot = build_snapshot(raw)
+            self.snapshot, self.synced_monotonic = snapshot, time.monotonic()
+            return snapshot
+
+    def resolve(self, namespace: str, meta: Mapping[str, Any]) -> Resolution:
+        return self.snapshot.resolve(namespace, meta)

@@ -1,0 +1,135 @@
+"""Admission-time resource math: a new pod's containers and its VPA target in, one ``AdmissionDecision`` out.
+
+Owns what the webhook decides for a pod being created, with the same helpers the in-place planner uses
+(``updater.policy.changes``), so admission and resize agree to the millicore. Order of the checks: no VPA
+for the workload; update mode ``Off`` (every other mode, Initial included, mutates at admission); no
+recommendation yet; pod-level ``spec.resources`` set (container values are left alone, as the resize path
+does); then per container (native sidecars and regular containers; plain init containers never change):
+``container_change`` (target clamped to minAllowed/maxAllowed, then to the namespace LimitRange; limits
+scaled to keep the ratio under RequestsAndLimits, kept under RequestsOnly; HPA-scaled resources kept).
+A result that would change the pod's QoS class is refused: the pod is admitted as it is, with a warning.
+
+Staleness: a Stale VPA's target is applied as it is. It is the last good recommendation, and a new pod
+has no history of its own to protect; staleness only withholds in-place decreases of running pods
+(``Constraints.no_decrease``), where the pod's current request is evidence. Pure: no client, no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from recommender.model.types import Resources
+from recommender.units import format_cpu, format_memory
+from updater.policy.changes import Constraints, container_change, is_noop, qos_class
+from updater.policy.types import ContainerChange, ContainerView, WorkloadTarget
+
+ADMISSION_MODES = frozenset({"Initial", "Recreate", "InPlaceOrRecreate", "InPlace", "Auto"})
+"""Update modes that set resources at admission; ``Off`` only recommends."""
+MAX_SUMMARY_CHARS = 512
+"""Bound of the ``podtailor.io/admitted-resources`` annotation (many containers must not bloat the pod)."""
+
+
+class Outcome(enum.StrEnum):
+    """What admission did with a pod; also the ``outcome`` label of the admissions metric (bounded)."""
+
+    MUTATED = "mutated"
+    UNCHANGED = "unchanged"
+    NO_VPA = "no-vpa"
+    MODE_OFF = "mode-off"
+    NO_RECOMMENDATION = "no-recommendation"
+    POD_LEVEL = "pod-level-resources"
+    QOS_WOULD_CHANGE = "qos-would-change"
+    MALFORMED = "malformed"
+    IGNORED = "ignored"
+    """Not a pod CREATE (the configuration should not send those, but a hand-edited one might)."""
+    TOO_LARGE = "too-large"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodResources:
+    """What admission needs of a new pod."""
+
+    containers: tuple[ContainerView, ...]
+    """Native sidecars (``sidecar=True``) and regular containers: the ones that may change."""
+    init_containers: tuple[tuple[Resources, Resources], ...] = ()
+    """(requests, limits) of plain init containers: never changed, but they count for the QoS class."""
+    pod_level: bool = False
+    """``spec.resources`` has requests or limits (KEP-2837)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionDecision:
+    outcome: Outcome
+    message: str = ""
+    """Why, for the log and (for refusals) the AdmissionReview warning."""
+    vpa_name: str = ""
+    changes: tuple[ContainerChange, ...] = field(default_factory=tuple)
+    """Only the containers whose values change."""
+
+
+def _pairs(pod: PodResources, changes: Iterable[ContainerChange] = ()) -> list[tuple[Resources, Resources]]:
+    new = {c.name: (c.new_requests, c.new_limits) for c in changes}
+    return [new.get(v.name, (v.requests, v.limits)) for v in pod.containers] + list(pod.init_containers)
+
+
+def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constraints) -> AdmissionDecision:
+    """The admission decision for one pod (``constraints.no_decrease`` is the caller's to set: False here)."""
+    if target is None:
+        return AdmissionDecision(outcome=Outcome.NO_VPA)
+    name = target.vpa_name
+    if target.update_mode not in ADMISSION_MODES:
+        return AdmissionDecision(outcome=Outcome.MODE_OFF, vpa_name=name,
+                                 message=f"VPA {name} has updateMode {target.update_mode}")
+    if not target.containers:
+        return AdmissionDecision(outcome=Outcome.NO_RECOMMENDATION, vpa_name=name,
+                                 message=f"VPA {name} has no recommendation yet")
+    if pod.pod_level:
+        return AdmissionDecision(outcome=Outcome.POD_LEVEL, vpa_name=name,
+                                 message="pod-level spec.resources is set; container resources left as they are")
+    changes = []
+    for view in pod.containers:
+        container_target = target.containers.get(view.name)
+        if container_target is None:
+            continue
+        change = container_change(view, container_target, constraints)
+        if not is_noop(change):
+            changes.append(change)
+    if not changes:
+        return AdmissionDecision(outcome=Outcome.UNCHANGED, vpa_name=name)
+    before, after = qos_class(_pairs(pod)), qos_class(_pairs(pod, changes))
+    if before != after:
+        return AdmissionDecision(outcome=Outcome.QOS_WOULD_CHANGE, vpa_name=name,
+                                 message=f"podtailor: VPA {name} target would change the QoS class from {before} "
+                                         f"to {after}; pod admitted with its own resources")
+    return AdmissionDecision(outcome=Outcome.MUTATED, vpa_name=name, changes=tuple(changes))
+
+
+def _describe(values: Resources) -> str:
+    parts = []
+    if values.cpu_millicores is not None:
+        parts.append(f"cpu {format_cpu(values.cpu_millicores)}")
+    if values.memory_bytes is not None:
+        parts.append(f"memory {format_memory(values.memory_bytes)}")
+    return " ".join(parts)
+
+
+def summary(decision: AdmissionDecision, max_chars: int = MAX_SUMMARY_CHARS) -> str:
+    """``"<vpa>: app cpu 250m memory 256Mi; proxy cpu 50m"``: the new requests, cut at ``max_chars``."""
+    text = f"{decision.vpa_name}: " + "; ".join(f"{c.name} {_describe(c.new_requests)}" for c in decision.changes)
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """What the cache knows about a new pod's workload: its VPA target (or why it could not be read) and the
+    constraints of its namespace and HPA."""
+
+    workload_kind: str
+    workload_name: str
+    target: WorkloadTarget | None = None
+    error: str = ""
+    """Non-empty when the workload's VPA exists but could not be read (malformed quantity, bad policy)."""
+    constraints: Constraints = field(default_factory=Constraints)

@@ -1,0 +1,163 @@
+"""AdmissionReview in, AdmissionReview out: the ``/mutate`` handler's logic, failing open on anything odd.
+
+Owns reading an ``admission.k8s.io/v1`` AdmissionReview (a pod CREATE; anything else is allowed as it is),
+turning the pod's containers into values (native sidecars are the init containers with ``restartPolicy:
+Always``; plain init containers only count for the QoS class), asking a ``Resolver`` (the in-memory cache)
+for the pod's VPA target, deciding (``mutation.decide``) and answering with a base64 JSONPatch that replaces
+the changed containers' ``resources`` (other resources, e.g. GPUs, and unchanged values are kept verbatim)
+and sets the ``podtailor.io/admitted-resources`` annotation. A malformed quantity (pod or VPA) gives no
+patch and a warning. Every exception gives ``allowed: true`` (with the request's uid when it could be read)
+and the outcome ``error``: the webhook never blocks a pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from recommender.units import format_cpu, format_memory
+from updater.kube.fields import MalformedObject, Obj, resources
+from updater.policy.changes import RESOURCES, get
+from updater.policy.types import ContainerChange, ContainerView
+from updater.webhook.mutation import (
+    AdmissionDecision,
+    Outcome,
+    PodResources,
+    Resolution,
+    decide,
+    summary,
+)
+
+log = logging.getLogger("podtailor.updater.webhook")
+ANNOTATION = "podtailor.io/admitted-resources"
+MAX_WARNING_CHARS = 250
+"""The API server may truncate longer warnings (256 characters)."""
+
+
+class Resolver(Protocol):
+    def resolve(self, namespace: str, meta: Mapping[str, Any]) -> Resolution: ...
+
+
+def _sidecar(c: object) -> bool:
+    return isinstance(c, dict) and c.get("restartPolicy") == "Always"
+
+
+def _view(c: object, sidecar: bool, where: str) -> ContainerView:
+    if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+        raise MalformedObject(f"{where}: a container without a name")
+    res = c.get("resources") or {}
+    if not isinstance(res, dict):
+        raise MalformedObject(f"{where} container {c['name']}: resources is not a map")
+    return ContainerView(name=c["name"], sidecar=sidecar,
+                         requests=resources(res.get("requests"), f"{where} container {c['name']} requests"),
+                         limits=resources(res.get("limits"), f"{where} container {c['name']} limits"))
+
+
+def pod_resources(spec: Mapping[str, Any], where: str = "pod") -> PodResources:
+    """Raises MalformedObject on a container or quantity that cannot be read."""
+    inits, regular = spec.get("initContainers") or [], spec.get("containers") or []
+    if not isinstance(inits, list) or not isinstance(regular, list):
+        raise MalformedObject(f"{where}: containers are not lists")
+    sidecars = [_view(c, True, where) for c in inits if _sidecar(c)]
+    plain = [_view(c, False, where) for c in inits if not _sidecar(c)]
+    pod_level = spec.get("resources") or {}
+    return PodResources(containers=tuple(sidecars + [_view(c, False, where) for c in regular]),
+                        init_containers=tuple((v.requests, v.limits) for v in plain),
+                        pod_level=isinstance(pod_level, dict) and bool(pod_level.get("requests")
+                                                                        or pod_level.get("limits")))
+
+
+def _new_resources(raw: Obj, change: ContainerChange) -> Obj:
+    out = copy.deepcopy(raw.get("resources") or {})
+    for kind, old, new in (("requests", change.old_requests, change.new_requests),
+                           ("limits", change.old_limits, change.new_limits)):
+        values = dict(out.get(kind) or {})
+        for name in RESOURCES:
+            value = get(new, name)
+            if value is not None and value != get(old, name):
+                values[name] = format_cpu(value) if name == "cpu" else format_memory(value)
+        if values:
+            out[kind] = values
+    return out
+
+
+def json_patch(pod: Mapping[str, Any], decision: AdmissionDecision) -> list[Obj]:
+    """RFC 6902 operations: ``add`` (which replaces) of each changed container's resources, and the annotation."""
+    changes = {c.name: c for c in decision.changes}
+    spec, ops = pod.get("spec") or {}, []
+    for key, only_sidecars in (("initContainers", True), ("containers", False)):
+        for i, c in enumerate(spec.get(key) or []):
+            if (only_sidecars and not _sidecar(c)) or c.get("name") not in changes:
+                continue
+            ops.append({"op": "add", "path": f"/spec/{key}/{i}/resources",
+                        "value": _new_resources(c, changes[c["name"]])})
+    meta = pod.get("metadata") or {}
+    text = summary(decision)
+    if isinstance(meta.get("annotations"), dict):
+        ops.append({"op": "add", "path": "/metadata/annotations/" + ANNOTATION.replace("~", "~0").replace("/", "~1"),
+                    "value": text})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION: text}})
+    return ops
+
+
+def response(uid: str, patch: list[Obj] | None = None, warnings: tuple[str, ...] = ()) -> Obj:
+    """An AdmissionReview answer that always allows; with a base64 JSONPatch when ``patch`` is given."""
+    body: Obj = {"uid": uid, "allowed": True}
+    if patch:
+        body["patchType"] = "JSONPatch"
+        body["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    if warnings:
+        body["warnings"] = [w[:MAX_WARNING_CHARS] for w in warnings]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": body}
+
+
+def _is_pod_create(request: Mapping[str, Any]) -> bool:
+    resource = request.get("resource") or {}
+    return (request.get("operation") == "CREATE" and resource.get("resource") == "pods"
+            and resource.get("group", "") == "" and not request.get("subResource")
+            and isinstance(request.get("object"), dict))
+
+
+def _decide(request: Mapping[str, Any], resolver: Resolver) -> tuple[AdmissionDecision, Obj]:
+    pod: Obj = request["object"]
+    meta = pod.get("metadata") or {}
+    namespace = str(request.get("namespace") or meta.get("namespace") or "")
+    where = f"pod {namespace}/{meta.get('name') or meta.get('generateName') or '?'}"
+    resolution = resolver.resolve(namespace, meta)
+    if resolution.error:
+        return AdmissionDecision(outcome=Outcome.MALFORMED, message=f"podtailor: {resolution.error}"), pod
+    try:
+        views = pod_resources(pod.get("spec") or {}, where)
+    except MalformedObject as err:
+        return AdmissionDecision(outcome=Outcome.MALFORMED, message=f"podtailor: {err}"), pod
+    return decide(views, resolution.target, resolution.constraints), pod
+
+
+def admit(body: bytes, resolver: Resolver) -> tuple[Obj, Outcome]:
+    """The response to one AdmissionReview body and what was done; never raises."""
+    uid = ""
+    try:
+        review = json.loads(body)
+        request = review.get("request") or {}
+        uid = str(request.get("uid") or "")
+        if review.get("kind") != "AdmissionReview" or not uid:
+            raise ValueError("not an AdmissionReview with a request uid")
+        if not _is_pod_create(request):
+            return response(uid), Outcome.IGNORED
+        decision, pod = _decide(request, resolver)
+        if decision.outcome is Outcome.MUTATED:
+            return response(uid, json_patch(pod, decision)), decision.outcome
+        warnings = (decision.message,) if decision.outcome in (Outcome.MALFORMED, Outcome.QOS_WOULD_CHANGE) else ()
+        if warnings:
+            log.warning("pod admitted unchanged", extra={"namespace": request.get("namespace"),
+                                                         "outcome": decision.outcome.value,
+                                                         "reason": decision.message})
+        return response(uid, warnings=warnings), decision.outcome
+    except Exception as err:  # the one broad catch: fail open, whatever went wrong
+        log.error("admission failed; pod allowed unchanged", extra={"uid": uid, "error": str(err)[:500]})
+        return response(uid), Outcome.ERROR
