@@ -29,7 +29,7 @@ unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: setup
-	@bash scripts/demo.sh
+	$(PY) scripts/demo.py
 
 demo-down:
 	$(PY) -m tests.harness down

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from tests.benchmarks import bench_cluster, bench_nodesim
+from tests.benchmarks import bench_backtest, bench_cluster, bench_nodesim, bench_recommender, bench_updater
 
 
 def main() -> int:
-    for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim)):
+    for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim), ("recommender", bench_recommender),
+                         ("updater", bench_updater), ("backtest", bench_backtest)):
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         module.main([])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)

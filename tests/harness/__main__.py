@@ -40,13 +40,12 @@ def _up(workdir: Path, targets: list[str]) -> int:
 
 
 def _down(workdir: Path) -> int:
-    sim_pid = workdir / "nodesim.pid"
-    if sim_pid.exists():
-        pid = int(sim_pid.read_text())
+    for pid_file in sorted(workdir.glob("*.pid")):  # the demo's webhook and the node simulator
+        pid = int(pid_file.read_text())
         if pid_alive(pid):
-            stop_pid(pid, timeout_s=30)  # it deletes its nodes on SIGTERM
-            print("stopped the node simulator")
-        sim_pid.unlink()
+            stop_pid(pid, timeout_s=30)  # the simulator deletes its nodes on SIGTERM
+            print(f"stopped {pid_file.stem}")
+        pid_file.unlink()
     prom_state = workdir / "prometheus.json"
     if prom_state.exists():
         pid = int(json.loads(prom_state.read_text())["pid"])
