@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
-DEB_PACKAGES=(prometheus)
+DEB_PACKAGES=(prometheus chromium)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

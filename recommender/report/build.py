@@ -1,0 +1,251 @@
+"""The report's pure core: inventory + usage batches + strategy + price sheet in, one ``Report`` out.
+
+Owns the per-container recommendation (the strategy's ``new_state``/``add``/``recommend``, exactly as the
+recommender engine calls them: one state per workload container, ``containers_in_pod`` = regular containers
+plus native sidecars, the template's requests and limits as ``current``), what the updater would write
+(``disruption.planned``), the usage distribution behind each chart, the monthly cost, the risk flags, the
+disruption column and the summaries by namespace, node pool and in total.
+
+Cost rules: a container costs its requests (an unset request costs nothing, as in OpenCost's request-based
+allocation) times the workload's pod-hours per month at its node pool's prices. Pod-hours per month are
+replicas x hours per month for long-running kinds; for Jobs and CronJobs, which run now and then, they are
+the pod-hours seen in the history window scaled to a month. Plain init containers run to completion and
+cost nothing. Costs are integers (micro-units) per container; every other level is a sum, so container
+costs add up to workload, namespace, pool and total costs exactly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from recommender.model.types import (
+    ContainerKey,
+    ContainerPolicy,
+    CurrentResources,
+    FloatArray,
+    Recommendation,
+    Resources,
+    Samples,
+    Strategy,
+    UsageBatch,
+)
+from recommender.report import disruption as dis
+from recommender.report.pricing import PriceSheet, monthly_cost
+from recommender.report.types import (
+    ContainerReport,
+    ContainerSpec,
+    Cost,
+    Distribution,
+    GroupSummary,
+    Inventory,
+    Report,
+    Risk,
+    RiskFlag,
+    Role,
+    UsageSummary,
+    Workload,
+    WorkloadReport,
+)
+from updater.policy import changes as ch
+from updater.policy.types import ContainerTarget, QoS, RolloutPolicy
+
+HISTOGRAM_BINS = 24
+THROTTLING_FRACTION = 0.05
+"""Flag CPU throttling when a container was throttled in at least this mean fraction of CFS periods."""
+LOW_CONFIDENCE = 0.5
+"""Flag low confidence below this (the strategies' confidence: 1 = enough history by their own standard)."""
+OCCASIONAL_KINDS = frozenset({"Job", "CronJob"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildConfig:
+    now_s: float
+    start_s: float
+    end_s: float
+    strategy_name: str
+    prices: PriceSheet = field(default_factory=PriceSheet)
+    change_threshold: float = RolloutPolicy().change_threshold
+    """The updater's default: smaller changes are skipped (disruption "none")."""
+    settings: Mapping[str, object] = field(default_factory=dict)
+
+
+def distribution(values: FloatArray, references: Iterable[int | None]) -> Distribution | None:
+    """Percentiles of ``values`` and a histogram over [0, top], top = 5% above the largest of the values and
+    the reference amounts (request, limit, recommendation), so the chart can draw them all."""
+    if values.size == 0:
+        return None
+    p50, p90, p95, p99 = (float(x) for x in np.percentile(values, [50, 90, 95, 99]))
+    high = float(values.max())
+    top = max([high, *(float(r) for r in references if r is not None)]) * 1.05 or 1.0
+    counts, _ = np.histogram(values, bins=HISTOGRAM_BINS, range=(0.0, top))
+    return Distribution(samples=int(values.size), p50=p50, p90=p90, p95=p95, p99=p99, max=high, top=top,
+                        counts=tuple(int(c) for c in counts))
+
+
+def _refs(spec: ContainerSpec, rec: Recommendation | None, name: str) -> list[int | None]:
+    out = [ch.get(spec.current.requests, name), ch.get(spec.current.limits, name)]
+    if rec is not None:
+        out += [ch.get(rec.target, name), ch.get(rec.limits, name)]
+    return out
+
+
+def usage_summary(batch: UsageBatch | None, spec: ContainerSpec, rec: Recommendation | None) -> UsageSummary | None:
+    if batch is None:
+        return None
+    throttle: Samples = batch.cpu_throttled_fraction
+    return UsageSummary(
+        cpu_millicores=distribution(batch.cpu_cores.values * 1000.0, _refs(spec, rec, "cpu")),
+        memory_bytes=distribution(batch.memory_peak_bytes.values, _refs(spec, rec, "memory")),
+        oom_kills=len(batch.oom_kills),
+        throttled_fraction=float(throttle.values.mean()) if len(throttle) else None,
+        observed_pod_hours=len(batch.cpu_cores) * batch.cpu_interval_s / 3600.0)
+
+
+def pod_hours_per_month(workload: Workload, batches: Iterable[UsageBatch | None], cfg: BuildConfig) -> Fraction:
+    hours = cfg.prices.hours_per_month
+    if workload.kind not in OCCASIONAL_KINDS:
+        return Fraction(workload.replicas * hours)
+    window_s = Fraction(cfg.end_s - cfg.start_s)
+    seen = max((Fraction(len(b.cpu_cores)) * Fraction(b.cpu_interval_s) for b in batches if b is not None),
+               default=Fraction(0))
+    return seen * hours / window_s if window_s > 0 else Fraction(0)
+
+
+def _cost(current: int, recommended: int) -> Cost:
+    return Cost(current=current, recommended=recommended, savings=max(0, current - recommended),
+                increases=max(0, recommended - current))
+
+
+def _target(rec: Recommendation | None, name: str) -> ContainerTarget | None:
+    if rec is None or (rec.target.cpu_millicores is None and rec.target.memory_bytes is None):
+        return None
+    return dis.target_of(name, rec.target, rec.lower_bound, rec.upper_bound)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Parts:
+    specs: tuple[ContainerSpec, ...]
+    recs: tuple[Recommendation | None, ...]
+    batches: tuple[UsageBatch | None, ...]
+
+
+def _recommend(workload: Workload, batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy,
+               now_s: float) -> _Parts:
+    in_pod = max(1, sum(1 for c in workload.containers if c.role != Role.INIT))
+    recs, found = [], []
+    for spec in workload.containers:
+        batch = batches.get(ContainerKey(namespace=workload.namespace, workload_kind=workload.kind,
+                                         workload_name=workload.name, container=spec.name))
+        rec = None
+        if batch is not None:
+            state = strategy.new_state()
+            state.add(batch)
+            rec = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(containers_in_pod=in_pod),
+                                     current=spec.current)
+        recs.append(rec)
+        found.append(batch)
+    return _Parts(specs=workload.containers, recs=tuple(recs), batches=tuple(found))
+
+
+def _pool(workload: Workload, inv: Inventory) -> str:
+    pools = Counter(inv.nodes[p.node].pool for p in workload.pods if p.node in inv.nodes)
+    if not pools:
+        return ""
+    best = max(pools.values())
+    return min(name for name, n in pools.items() if n == best)
+
+
+def _qos(pairs: Iterable[CurrentResources]) -> QoS:
+    return ch.qos_class((c.requests, c.limits) for c in pairs)
+
+
+def _risks(workload: Workload, containers: tuple[ContainerReport, ...], qos: QoS,
+           hpa: frozenset[str]) -> tuple[RiskFlag, ...]:
+    out = []
+    ooms = {c.name: c.usage.oom_kills for c in containers if c.usage and c.usage.oom_kills}
+    if ooms:
+        out.append(RiskFlag(risk=Risk.OOM_KILLS, message="OOM kills in the window: " + ", ".join(
+            f"{name} x{n}" for name, n in sorted(ooms.items()))))
+    throttled = {c.name: c.usage.throttled_fraction for c in containers if c.usage
+                 and c.usage.throttled_fraction is not None and c.usage.throttled_fraction >= THROTTLING_FRACTION}
+    if throttled:
+        out.append(RiskFlag(risk=Risk.CPU_THROTTLING, message="CPU throttled: " + ", ".join(
+            f"{name} {f:.0%} of periods" for name, f in sorted(throttled.items()))))
+    unlimited = [c.name for c in containers if c.role != Role.INIT and c.current.limits == Resources()]
+    if unlimited and qos != QoS.BEST_EFFORT:
+        out.append(RiskFlag(risk=Risk.NO_LIMITS, message="no CPU or memory limit: " + ", ".join(unlimited)))
+    if qos == QoS.BEST_EFFORT:
+        out.append(RiskFlag(risk=Risk.BEST_EFFORT, message="BestEffort: no requests or limits; first to be evicted"))
+    low = [f"{c.name} {c.recommendation.confidence:.2f}" if c.recommendation else f"{c.name} no history"
+           for c in containers if c.recommendation is None or c.recommendation.confidence < LOW_CONFIDENCE]
+    if low:
+        out.append(RiskFlag(risk=Risk.LOW_CONFIDENCE, message="low confidence: " + ", ".join(low)))
+    if hpa:
+        names = ", ".join(sorted(hpa))
+        out.append(RiskFlag(risk=Risk.HPA_SAME_RESOURCE,
+                            message=f"an HPA scales on {names} utilization: that request is kept as it is"))
+    return tuple(out)
+
+
+def workload_report(workload: Workload, inv: Inventory, batches: Mapping[ContainerKey, UsageBatch],
+                    strategy: Strategy, cfg: BuildConfig) -> WorkloadReport:
+    parts = _recommend(workload, batches, strategy, cfg.now_s)
+    hpa = inv.hpa_resources.get(workload.key, frozenset())
+    cons = ch.Constraints(limit_range=inv.limit_ranges.get(workload.namespace), hpa_resources=hpa)
+    pool = _pool(workload, inv)
+    prices = cfg.prices.for_pool(pool)
+    hours = pod_hours_per_month(workload, parts.batches, cfg)
+    containers, targets = [], {}
+    for spec, rec, batch in zip(parts.specs, parts.recs, parts.batches, strict=True):
+        target = _target(rec, spec.name)
+        if target is not None and spec.role != Role.INIT:
+            targets[spec.name] = target
+        plan = dis.planned(spec, target, cons)
+        billed = Fraction(0) if spec.role == Role.INIT else hours
+        containers.append(ContainerReport(
+            name=spec.name, role=spec.role, current=spec.current, recommendation=rec, planned=plan,
+            usage=usage_summary(batch, spec, rec),
+            cost=_cost(monthly_cost(spec.current.requests, billed, prices), monthly_cost(plan.requests, billed,
+                                                                                         prices))))
+    outcome = dis.plan_workload(workload.pods, targets, cons, inv.nodes, cfg.change_threshold)
+    qos_now = _qos(c.current for c in containers)
+    reports = tuple(containers)
+    return WorkloadReport(
+        namespace=workload.namespace, kind=workload.kind, name=workload.name, pool=pool, replicas=workload.replicas,
+        running_pods=len(workload.pods), pod_hours_per_month=float(hours), containers=reports,
+        qos_current=qos_now.value, qos_planned=_qos(c.planned for c in containers).value,
+        disruption=outcome.disruption, disruption_reason=outcome.reason, disruption_message=outcome.message,
+        risks=_risks(workload, reports, qos_now, hpa), cost=sum((c.cost for c in reports), Cost()))
+
+
+def _group(items: Iterable[WorkloadReport], key: Callable[[WorkloadReport], str]) -> tuple[GroupSummary, ...]:
+    groups: dict[str, list[WorkloadReport]] = defaultdict(list)
+    for w in items:
+        groups[key(w)].append(w)
+    return tuple(_summary(name, members) for name, members in sorted(groups.items()))
+
+
+def _summary(name: str, members: Iterable[WorkloadReport]) -> GroupSummary:
+    items = list(members)
+    return GroupSummary(name=name, workloads=len(items), containers=sum(len(w.containers) for w in items),
+                        cost=sum((w.cost for w in items), Cost()))
+
+
+def build_report(inv: Inventory, batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy, cfg: BuildConfig,
+                 *, progress: Callable[[int], None] | None = None) -> Report:
+    """The report over every workload of the inventory; ``progress(n)`` is called after each workload."""
+    workloads = []
+    for w in sorted(inv.workloads, key=lambda w: w.key):
+        workloads.append(workload_report(w, inv, batches, strategy, cfg))
+        if progress is not None:
+            progress(1)
+    items = tuple(workloads)
+    return Report(generated_s=cfg.now_s, start_s=cfg.start_s, end_s=cfg.end_s, strategy=cfg.strategy_name,
+                  settings=dict(cfg.settings), prices=cfg.prices.describe(), workloads=items,
+                  namespaces=_group(items, lambda w: w.namespace), pools=_group(items, lambda w: w.pool),
+                  total=_summary("total", items), warnings=inv.warnings, api_requests=inv.api_requests)

@@ -1,0 +1,226 @@
+"""The ``report`` command: flags, wiring (API client, Prometheus source, strategy, prices), output, exit codes.
+
+Owns ``add_report_parser(subparsers)`` and ``run_report(args)``. The run is read-only: discovery lists
+workloads (``discovery``), one batched history read covers every namespace they are in (the recommender's
+``PrometheusSource``, so the request count does not grow with the number of workloads), the pure builder
+makes the ``Report``, and one printer writes it to stdout or ``--output-file``. A progress bar (rich) goes to
+stderr when stderr is a terminal; with a machine format nothing but the report reaches stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from recommender.cli import UsageError, add_kube_flags, add_prometheus_flags, duration_s, kube_client, prometheus_config
+from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, get_strategy
+from recommender.report import render
+from recommender.report.types import KINDS, Report
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
+READ_LAG_S = 120.0
+"""History ends this long before now, as in the recommender engine (the last scrape may be missing)."""
+EPILOG = """\
+output formats (-o): table (default), json, yaml, csv, markdown, html. The JSON and YAML documents follow
+docs/report-schema.json (JSON Schema draft 2020-12) and carry schemaVersion "podtailor.io/report/v1".
+
+costs: requests x pod-hours x prices. Default prices are OpenCost's (CPU $0.031611 per vCPU-hour, memory
+$0.004237 per GiB-hour, 730 hours a month); --prices FILE (YAML or JSON) overrides them, per node pool too:
+  cpuPerVcpuHour: "0.031611"
+  memoryPerGibHour: "0.004237"
+  pools: {spot: {cpuPerVcpuHour: "0.006655", memoryPerGibHour: "0.000892"}}
+
+disruption (what podtailor-updater would do to the running pods): in-place (online resize), in-place-restart
+(resizePolicy RestartContainer on a changed resource), replacement (QoS class would change, requests above the
+node's allocatable, or restartPolicy Never with a restarting change), left-alone (BestEffort), none.
+
+exit codes:
+  0  the report was written
+  1  failed: API server or Prometheus unreachable or refusing, or a missing RBAC permission (named)
+  2  bad usage or input (flags, kubeconfig, price file, label selector); nothing was contacted
+  3  empty result: no workload matched the filters, or Prometheus had no usage for any of them
+"""
+log = logging.getLogger("podtailor.report")
+
+
+def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "report", help="dry-run recommendations, cost review and disruption preview (read-only)",
+        description="Recommend requests and limits for every workload from its usage history, price them and "
+                    "show what applying them would disrupt. Read-only: needs list access to workloads, pods, "
+                    "nodes, HPAs and LimitRanges, and Prometheus; no CRD or in-cluster component.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_kube_flags(p)
+    add_prometheus_flags(p)
+    g = p.add_argument_group("Report")
+    g.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable; "
+                   "default: all)")
+    g.add_argument("-l", "--selector", default="", help="label selector on workloads, as kubectl takes it "
+                   "(e.g. team=a,tier!=batch)")
+    g.add_argument("--kind", action="append", choices=KINDS, default=[], help="only this workload kind "
+                   "(repeatable; default: all)")
+    g.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                   help="recommendation strategy (default: %(default)s)")
+    g.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
+                   help="usage history to read (default: 8d)")
+    g.add_argument("-o", "--output", choices=render.FORMATS, default="table", help="format (default: table)")
+    g.add_argument("--output-file", type=Path, metavar="PATH", help="write the report here instead of stdout")
+    g.add_argument("--prices", type=Path, metavar="FILE", help="price sheet (YAML or JSON), see below")
+    g.add_argument("--pool-label", metavar="KEY", help="node label naming the node pool (default: the first "
+                   "present of karpenter.sh/nodepool, cloud.google.com/gke-nodepool, eks.amazonaws.com/nodegroup, "
+                   "kubernetes.azure.com/agentpool, podtailor.io/node-pool)")
+    g.add_argument("--change-threshold", type=float, default=0.10, metavar="FRACTION",
+                   help="the updater skips smaller request changes (default: 0.10, its default)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    g.add_argument("--log-format", choices=["text", "json"], default="text", help="log format (default: text)")
+    g.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning",
+                   help="logs go to stderr (default: warning)")
+    return p
+
+
+def _render(report: Report, fmt: str) -> str:
+    from recommender.report import html
+
+    writers: dict[str, Callable[[Report], str]] = {
+        "table": render.table, "json": render.as_json, "yaml": render.as_yaml, "csv": render.as_csv,
+        "markdown": render.as_markdown, "html": html.as_html}
+    return writers[fmt](report)
+
+
+class _Progress:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, transient=True) if enabled and console.is_terminal else None
+        self.task: Any = None
+
+    def stage(self, text: str, total: int | None = None) -> None:
+        if self.bar is not None:
+            if self.task is not None:
+                self.bar.remove_task(self.task)
+            self.task = self.bar.add_task(text, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.advance(self.task, n)
+
+    @contextmanager
+    def running(self) -> Iterator[_Progress]:
+        if self.bar is None:
+            yield self
+            return
+        with self.bar:
+            yield self
+
+
+def _settings(args: argparse.Namespace) -> dict[str, object]:
+    return {"namespaces": list(args.namespace), "selector": args.selector, "kinds": list(args.kind or KINDS),
+            "historySeconds": args.history, "stepSeconds": int(args.step), "changeThreshold": args.change_threshold,
+            "poolLabel": args.pool_label}
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """Everything that can fail on bad input, before anything is contacted: (prices, strategy, prom, api)."""
+    from recommender.report.objects import SelectorError, parse_selector
+    from recommender.report.pricing import PriceError, PriceSheet, load_sheet
+
+    if not 0 <= args.change_threshold < 10:
+        raise UsageError("--change-threshold must be in [0, 10)")
+    try:
+        parse_selector(args.selector)
+        prices = load_sheet(args.prices) if args.prices else PriceSheet()
+    except (SelectorError, PriceError) as err:
+        raise UsageError(str(err)) from None
+    return prices, get_strategy(args.strategy), prometheus_config(args), kube_client(args)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """The ``report`` command; returns the exit code (see EPILOG)."""
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        prices, strategy, prom, api = _prepare(args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    progress = _Progress(not args.no_progress)
+    try:
+        with progress.running():
+            code, report = _collect(args, prices, strategy, prom, api, progress)
+    finally:
+        api.close()
+    if report is None:
+        return code
+    text = _render(report, args.output)
+    if args.output_file:
+        try:
+            args.output_file.write_text(text)
+        except OSError as err:
+            print(f"error: cannot write {args.output_file}: {err}", file=sys.stderr)
+            return EXIT_FAILED
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return code
+
+
+def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
+             progress: _Progress) -> tuple[int, Report | None]:
+    from recommender.kube.errors import KubeError
+    from recommender.report.build import BuildConfig, build_report
+    from recommender.report.discovery import Discovery, Filters
+    from recommender.sources.errors import SourceError
+    from recommender.sources.prometheus import PrometheusSource
+
+    filters = Filters(namespaces=tuple(args.namespace), selector=args.selector, kinds=tuple(args.kind),
+                      pool_label=args.pool_label)
+    progress.stage("listing workloads", total=None)
+    try:
+        inventory = Discovery(api).read(filters, progress=lambda kind: progress.stage(f"listing {kind}s"))
+    except KubeError as err:
+        print(f"error: Kubernetes API: {err}", file=sys.stderr)
+        return EXIT_FAILED, None
+    if not inventory.workloads:
+        print(f"error: empty result: no workload matched (namespaces: {', '.join(args.namespace) or 'all'}; "
+              f"selector: {args.selector or 'none'}; kinds: {', '.join(args.kind) or 'all'})", file=sys.stderr)
+        return EXIT_EMPTY, None
+    now = time.time()
+    end = now - READ_LAG_S
+    start = end - args.history
+    source = PrometheusSource(prom, registry=CollectorRegistry())
+    progress.stage(f"reading usage history of {len(inventory.workloads)} workloads", total=None)
+    try:
+        batches = source.history(sorted({w.namespace for w in inventory.workloads}), start, end)
+    except SourceError as err:
+        print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
+        return EXIT_FAILED, None
+    finally:
+        source.close()
+    progress.stage("recommending", total=len(inventory.workloads))
+    cfg = BuildConfig(now_s=now, start_s=start, end_s=end, strategy_name=args.strategy, prices=prices,
+                      change_threshold=args.change_threshold, settings=_settings(args))
+    report = build_report(inventory, batches, strategy, cfg, progress=progress.advance)
+    from dataclasses import replace
+
+    report = replace(report, prometheus_requests=source.request_count)
+    if not any(c.usage is not None for w in report.workloads for c in w.containers):
+        print(f"error: empty result: Prometheus at {prom.base_url} has no usage history for any of the "
+              f"{len(report.workloads)} workloads in the window (wrong --cluster-label/--cluster-value, or "
+              "metrics not scraped?)", file=sys.stderr)
+        return EXIT_EMPTY, report
+    return EXIT_OK, report

@@ -1,0 +1,210 @@
+"""Raw Kubernetes objects (plain JSON dicts) to the report's values: workloads, pods, nodes, HPAs, LimitRanges.
+
+Owns the pure half of discovery: the label-selector match (kubectl syntax: ``k=v``, ``k==v``, ``k!=v``,
+``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``), a pod template's containers (native sidecars, regular
+containers, plain init containers, with requests, limits and resizePolicy), replicas per kind, the
+top-level owner of a pod (pod -> ReplicaSet -> Deployment or Rollout, pod -> Job -> CronJob, StatefulSet and
+DaemonSet directly, no owner or a Node -> the pod itself, as the Prometheus owner index keys them), node
+pools (the first present of the usual pool label keys unless one is named), the resources an HPA scales on
+by utilization, and the Container LimitRanges of a namespace merged tightest-wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from recommender.model.types import CurrentResources, Resources
+from recommender.report.types import ContainerSpec, NodeInfo, PodInfo, Role
+from recommender.units import QuantityError, parse_cpu_millicores, parse_memory_bytes, parse_quantity
+from updater.policy.planner import merge_limit_ranges
+from updater.policy.types import LimitRangeView
+
+Obj = dict[str, Any]
+POOL_LABEL_KEYS = ("karpenter.sh/nodepool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
+                   "kubernetes.azure.com/agentpool", "podtailor.io/node-pool")
+_SET = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+class SelectorError(ValueError):
+    """A label selector that cannot be parsed (bad input)."""
+
+
+def _split_selector(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_selector(text: str) -> list[tuple[str, str, frozenset[str]]]:
+    """(key, operator, values) requirements; operators: =, !=, in, notin, exists, !exists."""
+    out = []
+    for part in _split_selector(text):
+        m = _SET.match(part)
+        if m:
+            out.append((m[1], m[2], frozenset(v.strip() for v in m[3].split(",") if v.strip())))
+        elif "!=" in part:
+            key, value = part.split("!=", 1)
+            out.append((key.strip(), "!=", frozenset({value.strip()})))
+        elif "=" in part:
+            key, value = part.replace("==", "=", 1).split("=", 1)
+            out.append((key.strip(), "=", frozenset({value.strip()})))
+        elif part.startswith("!"):
+            out.append((part[1:].strip(), "!exists", frozenset()))
+        else:
+            out.append((part, "exists", frozenset()))
+        if not out[-1][0] or re.search(r"[\s()=!,]", out[-1][0]):
+            raise SelectorError(f"bad label selector {text!r} near {part!r}")
+    return out
+
+
+def matches(requirements: list[tuple[str, str, frozenset[str]]], labels: Mapping[str, str]) -> bool:
+    for key, op, values in requirements:
+        present, value = key in labels, labels.get(key)
+        ok = {"=": present and value in values, "in": present and value in values,
+              "!=": not present or value not in values, "notin": not present or value not in values,
+              "exists": present, "!exists": not present}[op]
+        if not ok:
+            return False
+    return True
+
+
+def resources(raw: Mapping[str, Any] | None) -> Resources:
+    """Requests or limits; an unreadable quantity (the API server validated it) counts as unset."""
+    raw = raw or {}
+    try:
+        return Resources(cpu_millicores=parse_cpu_millicores(raw["cpu"]) if "cpu" in raw else None,
+                         memory_bytes=parse_memory_bytes(raw["memory"]) if "memory" in raw else None)
+    except QuantityError:
+        return Resources()
+
+
+def _container(c: Obj, role: Role) -> ContainerSpec:
+    res = c.get("resources") or {}
+    policy = {str(p.get("resourceName")): str(p.get("restartPolicy", "NotRequired"))
+              for p in c.get("resizePolicy") or () if isinstance(p, dict)}
+    return ContainerSpec(name=str(c.get("name", "")), role=role, resize_policy=policy, current=CurrentResources(
+        requests=resources(res.get("requests")), limits=resources(res.get("limits"))))
+
+
+def containers(pod_spec: Mapping[str, Any], *, with_init: bool = True) -> tuple[ContainerSpec, ...]:
+    """Native sidecars, regular containers, then (``with_init``) plain init containers."""
+    inits = list(pod_spec.get("initContainers") or ())
+    out = [_container(c, Role.SIDECAR) for c in inits if c.get("restartPolicy") == "Always"]
+    out += [_container(c, Role.CONTAINER) for c in pod_spec.get("containers") or ()]
+    if with_init:
+        out += [_container(c, Role.INIT) for c in inits if c.get("restartPolicy") != "Always"]
+    return tuple(out)
+
+
+def template_spec(kind: str, obj: Obj) -> Obj:
+    spec = obj.get("spec") or {}
+    if kind == "Pod":
+        return spec
+    if kind == "CronJob":
+        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    return (spec.get("template") or {}).get("spec") or {}
+
+
+def replicas(kind: str, obj: Obj) -> int:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if kind == "DaemonSet":
+        return int(status.get("desiredNumberScheduled") or 0)
+    if kind == "Job":
+        return int(spec.get("parallelism", 1) or 0)
+    if kind == "CronJob":
+        return int(((spec.get("jobTemplate") or {}).get("spec") or {}).get("parallelism", 1) or 0)
+    if kind == "Pod":
+        return 1
+    value = spec.get("replicas", 1)
+    return int(value if value is not None else 1)
+
+
+def controller_of(obj: Obj) -> tuple[str, str] | None:
+    """(kind, name) of the controlling owner reference (else the first one), None without owners."""
+    refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or () if isinstance(r, dict)]
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    return None if ref is None else (str(ref.get("kind", "")), str(ref.get("name", "")))
+
+
+class OwnerMap:
+    """Top-level workload of a pod, from the ReplicaSets and Jobs of its namespace."""
+
+    def __init__(self, replicasets: list[Obj], jobs: list[Obj]) -> None:
+        self.parents: dict[tuple[str, str, str], tuple[str, str] | None] = {}
+        for kind, objs in (("ReplicaSet", replicasets), ("Job", jobs)):
+            for obj in objs:
+                meta = obj.get("metadata") or {}
+                self.parents[(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))] = controller_of(obj)
+
+    def top(self, pod: Obj) -> tuple[str, str]:
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        owner = controller_of(pod)
+        if owner is None or owner[0] == "Node":
+            return ("Pod", name)
+        if owner[0] in ("ReplicaSet", "Job"):
+            parent = self.parents.get((owner[0], ns, owner[1]))
+            return parent if parent is not None else owner
+        return owner
+
+
+def pod_info(pod: Obj) -> PodInfo:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return PodInfo(name=str(meta.get("name", "")), node=str(spec.get("nodeName") or ""),
+                   restart_policy=str(spec.get("restartPolicy") or "Always"),
+                   containers=containers(spec, with_init=False))
+
+
+def node_info(obj: Obj, pool_label: str | None) -> NodeInfo:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    pool = labels.get(pool_label, "") if pool_label else next(
+        (labels[k] for k in POOL_LABEL_KEYS if labels.get(k)), "")
+    return NodeInfo(name=str(meta.get("name", "")), pool=str(pool),
+                    allocatable=resources((obj.get("status") or {}).get("allocatable")))
+
+
+def hpa_target(obj: Obj) -> tuple[tuple[str, str, str], frozenset[str]] | None:
+    """((namespace, kind, name) of the scale target, resources scaled on by utilization); an HPA without
+    metrics scales on 80% CPU utilization (the controller's default)."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    ref = spec.get("scaleTargetRef") or {}
+    if not isinstance(ref.get("kind"), str) or not isinstance(ref.get("name"), str):
+        return None
+    metrics = spec.get("metrics")
+    found: set[str] = set() if metrics else {"cpu"}
+    for metric in metrics or ():
+        source = {"Resource": "resource", "ContainerResource": "containerResource"}.get(metric.get("type", ""))
+        body = (metric.get(source) or {}) if source else {}
+        if (body.get("target") or {}).get("type") == "Utilization" and body.get("name") in ("cpu", "memory"):
+            found.add(str(body["name"]))
+    return (str(meta.get("namespace", "")), ref["kind"], ref["name"]), frozenset(found)
+
+
+def _ratio(raw: object) -> float | None:
+    try:
+        return None if raw is None else float(parse_quantity(raw))  # type: ignore[arg-type]
+    except (QuantityError, TypeError):
+        return None
+
+
+def limit_range(obj: Obj) -> LimitRangeView:
+    """The Container-type items of one LimitRange merged tightest-wins."""
+    ns = str((obj.get("metadata") or {}).get("namespace", ""))
+    view = LimitRangeView(namespace=ns)
+    for item in (obj.get("spec") or {}).get("limits") or ():
+        if item.get("type") != "Container":
+            continue
+        ratio = item.get("maxLimitRequestRatio") or {}
+        view = merge_limit_ranges(view, LimitRangeView(
+            namespace=ns, min=resources(item.get("min")), max=resources(item.get("max")),
+            max_limit_request_ratio_cpu=_ratio(ratio.get("cpu")),
+            max_limit_request_ratio_memory=_ratio(ratio.get("memory"))))
+    return view

@@ -1,0 +1,220 @@
+"""Value types of the report: what discovery hands to the builder, and the ``Report`` the builder returns.
+
+Owns the contract between the Kubernetes adapter (``discovery``: raw objects in, ``Inventory`` out), the
+pure builder (``build``: inventory + usage batches + strategy + prices in, ``Report`` out) and the printers.
+CPU is in millicores and memory in bytes (integers); money is in integer micro-units of the price sheet's
+currency (1 USD = 1,000,000), so every sum in a report is exact. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from recommender.model.types import CurrentResources, Recommendation, Resources
+from updater.policy.types import LimitRangeView
+
+WorkloadKey = tuple[str, str, str]
+"""(namespace, kind, name)."""
+KINDS = ("Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job", "ReplicaSet", "Pod", "Rollout")
+"""Workload kinds the report discovers (Job: only Jobs not owned by a CronJob; ReplicaSet and Pod: only
+those without an owner; Rollout: Argo Rollouts, when that CRD is served)."""
+
+
+class Role(enum.StrEnum):
+    CONTAINER = "container"
+    SIDECAR = "sidecar"
+    """A native sidecar: an init container with restartPolicy Always (resized like a container)."""
+    INIT = "init"
+    """A plain init container: runs to completion before the others; never resized in place."""
+
+
+class Disruption(enum.StrEnum):
+    """What the updater would do to a workload's running pods to apply the plan, least to most disruptive."""
+
+    NONE = "none"
+    IN_PLACE = "in-place"
+    IN_PLACE_RESTART = "in-place-restart"
+    REPLACEMENT = "replacement"
+    LEFT_ALONE = "left-alone"
+    """BestEffort pods: the updater never gives them requests in place."""
+
+
+class Risk(enum.StrEnum):
+    OOM_KILLS = "oom-kills"
+    CPU_THROTTLING = "cpu-throttling"
+    NO_LIMITS = "no-limits"
+    BEST_EFFORT = "best-effort"
+    LOW_CONFIDENCE = "low-confidence"
+    HPA_SAME_RESOURCE = "hpa-same-resource"
+
+
+# ------------------------------------------------------------------------------------------------- inputs
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerSpec:
+    name: str
+    role: Role
+    current: CurrentResources
+    resize_policy: Mapping[str, str] = field(default_factory=dict)
+    """resource -> NotRequired | RestartContainer (missing: NotRequired)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodInfo:
+    """A running pod of a workload, with its own spec values (they can differ from the template after an
+    in-place resize). ``containers`` holds regular containers and native sidecars only."""
+
+    name: str
+    node: str
+    restart_policy: str
+    containers: tuple[ContainerSpec, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    namespace: str
+    kind: str
+    name: str
+    replicas: int
+    """Desired pods: spec.replicas (Deployment, StatefulSet, ReplicaSet, Rollout), desiredNumberScheduled
+    (DaemonSet), parallelism (Job, CronJob), 1 (Pod)."""
+    restart_policy: str
+    containers: tuple[ContainerSpec, ...]
+    """From the pod template: native sidecars, regular containers, then plain init containers."""
+    pods: tuple[PodInfo, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> WorkloadKey:
+        return (self.namespace, self.kind, self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    name: str
+    pool: str
+    allocatable: Resources
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inventory:
+    """Everything discovery read, converted once."""
+
+    workloads: tuple[Workload, ...]
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    hpa_resources: Mapping[WorkloadKey, frozenset[str]] = field(default_factory=dict)
+    """Resources an HPA scales the workload on by utilization."""
+    limit_ranges: Mapping[str, LimitRangeView] = field(default_factory=dict)
+    """Namespace -> its Container LimitRanges merged (tightest wins)."""
+    warnings: tuple[str, ...] = ()
+    api_requests: int = 0
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cost:
+    """Monthly cost in integer micro-units; savings and increases are kept apart (both >= 0)."""
+
+    current: int = 0
+    recommended: int = 0
+    savings: int = 0
+    increases: int = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(current=self.current + other.current, recommended=self.recommended + other.recommended,
+                    savings=self.savings + other.savings, increases=self.increases + other.increases)
+
+    @property
+    def net(self) -> int:
+        """recommended - current (negative: the plan saves money)."""
+        return self.recommended - self.current
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distribution:
+    """Usage percentiles and a histogram over ``[0, top]`` in ``len(counts)`` equal bins."""
+
+    samples: int
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    max: float
+    top: float
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageSummary:
+    cpu_millicores: Distribution | None
+    memory_bytes: Distribution | None
+    """Distribution of the per-step memory peaks."""
+    oom_kills: int = 0
+    throttled_fraction: float | None = None
+    """Mean fraction of CFS periods throttled (None: no CPU limit or no data)."""
+    observed_pod_hours: float = 0.0
+    """Pod-hours with a CPU sample in the history window."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerReport:
+    name: str
+    role: Role
+    current: CurrentResources
+    recommendation: Recommendation | None
+    """The strategy's output (None: no usage history)."""
+    planned: CurrentResources
+    """What the updater would write: the target through its limit, LimitRange and HPA rules."""
+    usage: UsageSummary | None
+    cost: Cost
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RiskFlag:
+    risk: Risk
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadReport:
+    namespace: str
+    kind: str
+    name: str
+    pool: str
+    replicas: int
+    running_pods: int
+    pod_hours_per_month: float
+    containers: tuple[ContainerReport, ...]
+    qos_current: str
+    qos_planned: str
+    disruption: Disruption
+    disruption_reason: str
+    disruption_message: str
+    risks: tuple[RiskFlag, ...]
+    cost: Cost
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSummary:
+    name: str
+    workloads: int
+    containers: int
+    cost: Cost
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    generated_s: float
+    start_s: float
+    end_s: float
+    strategy: str
+    settings: Mapping[str, object]
+    prices: Mapping[str, object]
+    workloads: tuple[WorkloadReport, ...]
+    namespaces: tuple[GroupSummary, ...]
+    pools: tuple[GroupSummary, ...]
+    total: GroupSummary
+    warnings: tuple[str, ...] = ()
+    prometheus_requests: int = 0
+    api_requests: int = 0

@@ -1,0 +1,208 @@
+"""The report's pure core: recommendations equal the strategy's, worked costs, exact sums, pod-hours, risk flags.
+
+``sample_report()`` (also used by the render tests) builds a small report from synthetic usage with the
+``krr-simple`` strategy, whose numbers are easy to work out: CPU = p95 of the samples, memory = peak x 1.15
+rounded up to a MiB, floors 10m and 100Mi.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recommender.model.registry import get_strategy
+from recommender.model.types import (
+    ContainerKey,
+    ContainerPolicy,
+    CurrentResources,
+    OomKill,
+    Resources,
+    Samples,
+    UsageBatch,
+)
+from recommender.report.build import BuildConfig, build_report, pod_hours_per_month
+from recommender.report.pricing import Prices, PriceSheet
+from recommender.report.types import (
+    ContainerSpec,
+    Disruption,
+    Inventory,
+    NodeInfo,
+    PodInfo,
+    Report,
+    Risk,
+    Role,
+    Workload,
+)
+
+Mi, Gi = 2**20, 2**30
+NOW = 1_750_000_000.0
+DAY = 86400.0
+
+
+def cur(cpu: int | None, mem: int | None, cpu_lim: int | None = None, mem_lim: int | None = None) -> CurrentResources:
+    return CurrentResources(requests=Resources(cpu_millicores=cpu, memory_bytes=mem),
+                            limits=Resources(cpu_millicores=cpu_lim, memory_bytes=mem_lim))
+
+
+def batch(cpu_cores: float, memory: int, *, points: int = 1440, ooms: int = 0,
+          throttled: float | None = None) -> UsageBatch:
+    ts = NOW - DAY + 60.0 * np.arange(points)
+    return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(points, cpu_cores)), cpu_interval_s=60.0,
+                      memory_peak_bytes=Samples(timestamps_s=ts, values=np.full(points, float(memory))),
+                      memory_interval_s=60.0, oom_kills=tuple(OomKill(timestamp_s=NOW - 100) for _ in range(ooms)),
+                      cpu_throttled_fraction=Samples.empty() if throttled is None else Samples(
+                          timestamps_s=ts, values=np.full(points, throttled)))
+
+
+def spec(name: str, c: CurrentResources, role: Role = Role.CONTAINER, **policy: str) -> ContainerSpec:
+    return ContainerSpec(name=name, role=role, current=c, resize_policy=policy)
+
+
+def workload(ns: str, name: str, containers: tuple[ContainerSpec, ...], *, kind: str = "Deployment",
+             replicas: int = 2, node: str = "n1") -> Workload:
+    pods = tuple(PodInfo(name=f"{name}-{i}", node=node, restart_policy="Always",
+                         containers=tuple(c for c in containers if c.role != Role.INIT)) for i in range(replicas))
+    return Workload(namespace=ns, kind=kind, name=name, replicas=replicas, restart_policy="Always",
+                    containers=containers, pods=pods)
+
+
+def key(w: Workload, container: str) -> ContainerKey:
+    return ContainerKey(namespace=w.namespace, workload_kind=w.kind, workload_name=w.name, container=container)
+
+
+def sample_inputs() -> tuple[Inventory, dict[ContainerKey, UsageBatch]]:
+    web = workload("shop", "web", (spec("proxy", cur(100, 64 * Mi, None, 128 * Mi), Role.SIDECAR),
+                                   spec("app", cur(500, 256 * Mi, 1000, 512 * Mi)),
+                                   spec("setup", cur(50, 32 * Mi), Role.INIT)))
+    db = workload("shop", "db", (spec("db", cur(1000, 1 * Gi, 1000, 1 * Gi), memory="RestartContainer"),),
+                  kind="StatefulSet", replicas=1, node="n2")
+    batchy = workload("jobs", "nightly", (spec("run", cur(None, None)),), kind="CronJob", replicas=1)
+    inv = Inventory(workloads=(web, db, batchy),
+                    nodes={"n1": NodeInfo(name="n1", pool="general", allocatable=Resources(cpu_millicores=4000,
+                                                                                            memory_bytes=16 * Gi)),
+                           "n2": NodeInfo(name="n2", pool="spot", allocatable=Resources(cpu_millicores=4000,
+                                                                                         memory_bytes=16 * Gi))},
+                    warnings=("cannot list nodes: example",))
+    batches = {key(web, "proxy"): batch(0.05, 40 * Mi), key(web, "app"): batch(0.2, 300 * Mi, ooms=2, throttled=0.2),
+               key(db, "db"): batch(0.4, 700 * Mi), key(batchy, "run"): batch(0.3, 200 * Mi, points=360)}
+    return inv, batches
+
+
+def sample_report(prices: PriceSheet | None = None) -> Report:
+    inv, batches = sample_inputs()
+    cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple",
+                      prices=prices or PriceSheet(), settings={"namespaces": [], "selector": "", "kinds": []})
+    return build_report(inv, batches, get_strategy("krr-simple"), cfg)
+
+
+def test_recommendations_are_exactly_the_strategys() -> None:
+    inv, batches = sample_inputs()
+    report = sample_report()
+    strategy = get_strategy("krr-simple")
+    web = next(w for w in report.workloads if w.name == "web")
+    for c in web.containers:
+        b = batches.get(key(inv.workloads[0], c.name))
+        if b is None:
+            assert c.recommendation is None and c.usage is None
+            continue
+        state = strategy.new_state()
+        state.add(b)
+        # Two non-init containers share the pod: containers_in_pod = 2, as the engine passes it.
+        expected = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(containers_in_pod=2), current=c.current)
+        assert c.recommendation == expected
+    app = web.containers[1]
+    assert app.recommendation is not None
+    # p95 of a constant 0.2 cores in [200m, 203m]; 300Mi x 1.15 = 345Mi.
+    assert 200 <= (app.recommendation.target.cpu_millicores or 0) <= 203
+    assert app.recommendation.target.memory_bytes == 345 * Mi
+    # Planned limits: the updater keeps the ratio, ceil(1000 x new / 500) and ceil(512Mi x 345Mi / 256Mi).
+    new_cpu = app.planned.requests.cpu_millicores or 0
+    assert app.planned.limits == Resources(cpu_millicores=-(-1000 * new_cpu // 500), memory_bytes=690 * Mi)
+
+
+def test_worked_cost_of_one_container() -> None:
+    report = sample_report()
+    web = next(w for w in report.workloads if w.name == "web")
+    app = web.containers[1]
+    # 500m x 0.031611 + 0.25 GiB x 0.004237 = 0.01686475 $/h per pod; x 2 replicas x 730 h = $24.622535.
+    assert app.cost.current == 24_622_535
+    assert web.pod_hours_per_month == 1460
+    # Init containers run to completion: no cost.
+    assert web.containers[2].cost.current == web.containers[2].cost.recommended == 0
+
+
+def test_pool_prices_apply_to_the_pool_of_the_pods() -> None:
+    cheap = Prices(cpu_per_vcpu_hour=Fraction("0.01"), memory_per_gib_hour=Fraction("0.001"))
+    report = sample_report(PriceSheet(pools={"spot": cheap}))
+    db = next(w for w in report.workloads if w.name == "db")
+    # 1 core x 0.01 + 1 GiB x 0.001 = 0.011 $/h x 730 h = $8.03.
+    assert db.pool == "spot" and db.cost.current == 8_030_000
+
+
+def test_sums_are_exact_at_every_level() -> None:
+    report = sample_report()
+    assert_additive(report)
+    assert [g.name for g in report.pools] == ["general", "spot"]
+
+
+def assert_additive(report: Report) -> None:
+    for w in report.workloads:
+        assert w.cost == sum((c.cost for c in w.containers), type(w.cost)())
+        for c in w.containers:
+            assert c.cost.savings == max(0, c.cost.current - c.cost.recommended)
+            assert c.cost.increases == max(0, c.cost.recommended - c.cost.current)
+    total = report.total.cost
+    assert total == sum((w.cost for w in report.workloads), type(total)())
+    assert total == sum((g.cost for g in report.namespaces), type(total)())
+    assert total == sum((g.cost for g in report.pools), type(total)())
+    assert total.net == total.increases - total.savings
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 4000), st.integers(1, 8 * Gi),
+                          st.integers(0, 5), st.floats(0.001, 3.0), st.integers(1, 4 * Gi),
+                          st.sampled_from(["n1", "n2", "n3"])), min_size=1, max_size=8))
+def test_costs_add_up_for_any_fleet(rows: list[tuple[str, int, int, int, float, int, str]]) -> None:
+    workloads, batches = [], {}
+    for i, (ns, cpu, mem, replicas, used_cpu, used_mem, node) in enumerate(rows):
+        w = workload(ns, f"w{i}", (spec("app", cur(cpu, mem)), spec("side", cur(cpu // 2 or 1, None), Role.SIDECAR)),
+                     replicas=replicas, node=node)
+        workloads.append(w)
+        batches[key(w, "app")] = batch(used_cpu, used_mem, points=200)
+    nodes = {n: NodeInfo(name=n, pool=p, allocatable=Resources(cpu_millicores=8000, memory_bytes=32 * Gi))
+             for n, p in (("n1", "x"), ("n2", "y"))}  # n3 is unknown: pool ""
+    inv = Inventory(workloads=tuple(workloads), nodes=nodes)
+    cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple")
+    assert_additive(build_report(inv, batches, get_strategy("krr-simple"), cfg))
+
+
+def test_jobs_are_billed_for_the_pod_hours_seen() -> None:
+    inv, batches = sample_inputs()
+    cron = inv.workloads[2]
+    cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple")
+    # 360 one-minute samples = 6 pod-hours in a 24-hour window: 6 x 730 / 24 = 182.5 pod-hours a month.
+    assert pod_hours_per_month(cron, [batches[key(cron, "run")]], cfg) == Fraction(365, 2)
+    assert pod_hours_per_month(inv.workloads[0], [], cfg) == 2 * 730
+
+
+def test_risk_flags() -> None:
+    report = sample_report()
+    flags = {w.name: {r.risk for r in w.risks} for w in report.workloads}
+    assert flags["web"] >= {Risk.OOM_KILLS, Risk.CPU_THROTTLING, Risk.LOW_CONFIDENCE}  # setup has no history
+    assert Risk.NO_LIMITS not in flags["web"]  # the sidecar has a memory limit
+    assert Risk.BEST_EFFORT in flags["nightly"] and Risk.NO_LIMITS not in flags["nightly"]
+    web = next(w for w in report.workloads if w.name == "web")
+    assert "app x2" in next(r.message for r in web.risks if r.risk == Risk.OOM_KILLS)
+
+
+def test_disruption_per_workload() -> None:
+    report = sample_report()
+    by_name = {w.name: w for w in report.workloads}
+    assert by_name["web"].disruption == Disruption.IN_PLACE
+    # Guaranteed 1 core / 1Gi -> 400m / 805Mi with limits following: still Guaranteed; memory RestartContainer.
+    assert by_name["db"].disruption == Disruption.IN_PLACE_RESTART
+    assert by_name["db"].qos_current == by_name["db"].qos_planned == "Guaranteed"
+    assert by_name["nightly"].disruption == Disruption.LEFT_ALONE

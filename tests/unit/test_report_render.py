@@ -1,0 +1,80 @@
+"""The printers: JSON valid against docs/report-schema.json, YAML the same document, CSV sums, Markdown, table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from recommender.report.document import SCHEMA_VERSION, to_document
+from recommender.report.render import as_csv, as_json, as_markdown, as_yaml, fmt_cpu, fmt_memory, table
+from tests.unit.test_report_build import sample_report
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report-schema.json"
+
+
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def test_json_validates_against_the_schema_and_is_versioned() -> None:
+    doc = json.loads(as_json(sample_report()))
+    validator().validate(doc)
+    assert doc["schemaVersion"] == SCHEMA_VERSION == json.loads(SCHEMA_PATH.read_text())["properties"][
+        "schemaVersion"]["const"]
+    assert doc["prices"]["cpuPerVcpuHour"] == "0.031611" and doc["prices"]["memoryPerGibHour"] == "0.004237"
+
+
+def test_the_schema_rejects_what_it_should() -> None:
+    doc = json.loads(as_json(sample_report()))
+    v = validator()
+    broken = json.loads(json.dumps(doc))
+    broken["workloads"][0]["disruption"]["action"] = "maybe"
+    assert not v.is_valid(broken)
+    broken = json.loads(json.dumps(doc))
+    broken["workloads"][0]["cost"]["currentMicros"] = 1.5  # money is integer micro-units
+    assert not v.is_valid(broken)
+    broken = json.loads(json.dumps(doc))
+    del broken["schemaVersion"]
+    assert not v.is_valid(broken)
+
+
+def test_yaml_is_the_same_document() -> None:
+    report = sample_report()
+    assert yaml.safe_load(as_yaml(report)) == json.loads(json.dumps(to_document(report)))
+
+
+def test_csv_has_one_row_per_container_and_exact_money() -> None:
+    report = sample_report()
+    rows = list(csv.DictReader(io.StringIO(as_csv(report))))
+    assert len(rows) == sum(len(w.containers) for w in report.workloads)
+    assert sum(int(r["cost_current_micros"]) for r in rows) == report.total.cost.current
+    assert sum(int(r["savings_micros"]) for r in rows) == report.total.cost.savings
+    app = next(r for r in rows if r["container"] == "app")
+    assert (app["cpu_request_m"], app["memory_limit_bytes"], app["disruption"]) == ("500", str(512 * 2**20),
+                                                                                    "in-place")
+
+
+def test_markdown_for_a_pull_request() -> None:
+    text = as_markdown(sample_report())
+    assert text.startswith("## podtailor right-sizing report")
+    assert "| `shop/Deployment/web` | app | 500m / 256Mi |" in text
+    assert "### By namespace" in text and "### By node pool" in text and "| total |" in text
+
+
+def test_table_shows_every_container_and_the_summaries() -> None:
+    text = table(sample_report(), width=250)
+    for needle in ("StatefulSet/db", "proxy (sidecar)", "setup (init)", "in-place-restart", "By namespace",
+                   "By node pool", "warning: cannot list nodes"):
+        assert needle in text
+
+
+def test_quantity_formatting() -> None:
+    assert (fmt_cpu(2000), fmt_cpu(250), fmt_cpu(None)) == ("2", "250m", "-")
+    assert (fmt_memory(512 * 2**20), fmt_memory(1.5 * 2**30), fmt_memory(100)) == ("512Mi", "1.5Gi", "100")
