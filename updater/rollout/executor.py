@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -30,6 +31,24 @@ from updater.rollout.journal import (
 from updater.rollout.store import Conflict, rollout_name
 
 log = logging.getLogger("podtailor.updater")
+MAX_ENTRIES_PER_ROLLOUT = 1000
+"""The journal is one object: about 700 bytes per entry keeps a rollout well under etcd's 1.5 MiB request
+limit. A pool with more pods to change is covered by consecutive rollouts (the rest is planned next)."""
+
+
+def cap_entries(batches: Sequence[BatchRecord], entries: Sequence[Entry],
+                limit: int) -> tuple[list[BatchRecord], list[Entry]]:
+    """Whole batches, in order, while the entries fit under ``limit`` (the first batch always)."""
+    kept: list[BatchRecord] = []
+    count = 0
+    for b in batches:
+        n = sum(1 for e in entries if e.batch == b.index)
+        if kept and count + n > limit:
+            break
+        kept.append(b)
+        count += n
+    indexes = {b.index for b in kept}
+    return kept, [e for e in entries if e.batch in indexes]
 
 
 class Snapshot(Protocol):
@@ -108,9 +127,11 @@ class Executor:
     def __init__(self, *, read: Callable[[], Any], planner: Callable[..., Plan], store: Store, resizer: Resizer,
                  recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
                  timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
-                 templates: Templates | None = None, metrics: Any = None) -> None:
+                 templates: Templates | None = None, metrics: Any = None, parallelism: int = 8) -> None:
         self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
         self.evictor, self.templates = evictor, templates
+        self.parallelism = max(1, parallelism)
+        """Resize requests in flight at once within a pass (each still carries its own preconditions)."""
         self.policy_of = policy
         self.timeouts = timeouts
         self.metrics = metrics
@@ -163,7 +184,7 @@ class Executor:
                     continue
                 batches, entries = entries_for(plan.decisions, plan, pool, snap.observations, pods)
                 more_batches, more = fallback_entries(plan.decisions, pool, policy, ready, replicas, len(batches))
-                batches, entries = batches + more_batches, entries + more
+                batches, entries = cap_entries(batches + more_batches, entries + more, MAX_ENTRIES_PER_ROLLOUT)
                 if not entries:
                     continue
                 new = self.store.create(Rollout(name=rollout_name(policy.name, pool, now_s), pool=pool,
@@ -218,9 +239,10 @@ class Executor:
             if resizes or r != old:
                 r = self._save(r)  # the intent is durable before anything is done
             done = 0
+            sent = self._send_resizes([rz for rz in resizes if isinstance(rz, machine.Resize)], obs)
             for rz in resizes:
                 if isinstance(rz, machine.Resize):
-                    r, ok = self._resize(r, rz, obs, now_s)
+                    r, ok = self._settle_resize(r, rz, sent.get(rz.key), now_s)
                 else:
                     r, ok = self._fallback(r, rz, now_s)
                 done += ok
@@ -234,20 +256,33 @@ class Executor:
                 self._event(r, ev, obs)
         return r, done
 
-    def _resize(self, r: Rollout, rz: machine.Resize, obs: Mapping[str, PodObservation],
-                now_s: float) -> tuple[Rollout, int]:
-        o = obs.get(rz.key)
-        if o is None:
-            return r, 0
-        try:
-            generation = self.resizer.resize(rz.namespace, rz.pod, rz.uid, o.resource_version, rz.values)
-            self.writes += 1
-        except Conflict:
-            return r, 0  # the pod moved on: the next pass re-reads it and resumes from its spec
-        except KubeError as err:
-            log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(err)})
-            return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s, error=str(err)), 0
-        return machine.settle(r, rz.key, rz.purpose, ok=True, generation=generation, now_s=now_s), 1
+    def _send_resizes(self, resizes: Sequence[machine.Resize],
+                      obs: Mapping[str, PodObservation]) -> dict[str, int | Exception]:
+        """Send the resizes of one step in parallel (bounded); outcome per pod key: generation or error."""
+        def send(rz: machine.Resize) -> tuple[str, int | Exception]:
+            o = obs.get(rz.key)
+            if o is None:
+                return rz.key, Conflict(rz.key)
+            try:
+                return rz.key, self.resizer.resize(rz.namespace, rz.pod, rz.uid, o.resource_version, rz.values)
+            except (Conflict, KubeError) as err:
+                return rz.key, err
+
+        if len(resizes) <= 1:
+            return dict(send(rz) for rz in resizes)
+        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(resizes))) as pool:
+            return dict(pool.map(send, resizes))
+
+    def _settle_resize(self, r: Rollout, rz: machine.Resize, outcome: int | Exception | None,
+                       now_s: float) -> tuple[Rollout, int]:
+        if outcome is None or isinstance(outcome, Conflict):
+            return r, 0  # the pod moved on (or is unknown): the next pass re-reads it and resumes from its spec
+        if isinstance(outcome, Exception):
+            log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(outcome)})
+            return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s,
+                                  error=str(outcome)), 0
+        self.writes += 1
+        return machine.settle(r, rz.key, rz.purpose, ok=True, generation=outcome, now_s=now_s), 1
 
     def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, now_s: float) -> tuple[Rollout, int]:
         purpose = "evict" if isinstance(fx, machine.Evict) else "template"

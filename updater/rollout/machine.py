@@ -295,15 +295,16 @@ def _verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservati
         if new.state == EntryState.INFEASIBLE:
             effects += [_resize(entry, "revert"), Event(namespace=entry.namespace, pod=entry.pod, warning=True,
                         reason="ResizeInfeasible", message=f"in-place resize not possible, restored: {new.message}")]
-        elif new.state == EntryState.VERIFIED:
-            effects.append(Event(namespace=entry.namespace, pod=entry.pod, reason="ResizeVerified",
-                                 message="the kubelet reports the new resources"))
         changed[entry.key] = new
     r = _set_entries(r, changed)
     if any(e.state == EntryState.PLANNED for e in r.entries_of(batch.index)):  # a reverted template: again
         return _set_batch(r, replace(batch, phase=BatchPhase.APPLYING)), effects
     if all(e.state not in (EntryState.APPLIED, EntryState.EVICTED) for e in r.entries_of(batch.index)):
         batch = replace(batch, phase=BatchPhase.BAKING, bake_until_s=now_s + batch.bake_s)
+        verified = sum(1 for e in r.entries_of(batch.index) if e.state == EntryState.VERIFIED)
+        effects.append(Event(namespace="", pod=None, reason="BatchVerified",
+                             message=f"pool {r.pool}: batch {batch.index + 1}/{len(r.batches)}: {verified} pods "
+                                     f"verified; baking {batch.bake_s:.0f}s"))
         return _set_batch(replace(r, phase=Phase.BAKING), batch), effects
     if batch.deadline_s is not None and now_s > batch.deadline_s:
         waiting = [e.key for e in r.entries_of(batch.index) if e.state in (EntryState.APPLIED, EntryState.EVICTED)]
@@ -389,7 +390,12 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
     if batch.phase == BatchPhase.VERIFYING:
         return _verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
     if batch.phase == BatchPhase.BAKING:
-        return _bake_batch(r, batch, obs, now_s, signals or {})
+        baked, effects = _bake_batch(r, batch, obs, now_s, signals or {})
+        if baked.phase == Phase.PROGRESSING and baked.current_batch > r.current_batch and not frozen:
+            nxt, more = advance(baked, obs, now_s, slots=slots, timeouts=timeouts, signals=signals, frozen=frozen,
+                                workloads=workloads)  # the bake is over: start the next batch now, not next pass
+            return nxt, effects + more
+        return baked, effects
     return r, []
 
 
