@@ -21,6 +21,7 @@ lint: setup
 	$(VENV)/bin/ruff check recommender updater tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict tests/harness tests/nodesim tests/benchmarks
+	$(VENV)/bin/lint-imports
 
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -20,16 +20,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from recommender import __version__
-from recommender.cli import (
-    UsageError,
-    add_engine_flags,
-    add_kube_flags,
-    add_prometheus_flags,
-    duration_s,
-    engine_config,
-    kube_client,
-    prometheus_config,
-)
+from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, prometheus_config
+from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client, setup_logging
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
@@ -47,17 +39,6 @@ commands:
   backtest  replay usage history and score strategies (slack, OOMs, throttling, changes)
 """
 log = logging.getLogger("podtailor.recommender")
-
-
-def setup_logging(fmt: str, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        from pythonjsonlogger.json import JsonFormatter
-
-        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

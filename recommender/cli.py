@@ -8,41 +8,14 @@ construction of the Kubernetes client, the Prometheus config and the strategy. B
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-
 from recommender.engine import EngineConfig
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
+from recommender.plumbing import UsageError, duration_s
 from recommender.sources.config import PrometheusConfig
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-class UsageError(Exception):
-    """Bad command-line input; nothing was contacted or changed."""
-
-
-def duration_s(text: str) -> float:
-    m = _DURATION.match(text.strip())
-    if m is None:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use a number with s, m, h or d (e.g. 90s, 8d)")
-    value = float(m[1]) * _UNITS[m[2]]
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"duration {text!r} must be positive")
-    return value
-
-
-def add_kube_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("Kubernetes")
-    g.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
-                   "or the in-cluster service account)")
-    g.add_argument("--context", help="kubeconfig context to use (default: the current context)")
 
 
 def add_prometheus_flags(p: argparse.ArgumentParser) -> None:
@@ -81,19 +54,6 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="history read for a VPA seen for the first time without a checkpoint (default: 8d)")
     g.add_argument("--checkpoint-every", type=duration_s, default=600.0, metavar="DURATION",
                    help="how often state is checkpointed in the API server (default: 10m)")
-
-
-def kube_client(args: argparse.Namespace) -> client.ApiClient:
-    try:
-        if args.kubeconfig is None and args.context is None and "KUBERNETES_SERVICE_HOST" in os.environ:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        path = str(args.kubeconfig) if args.kubeconfig else None
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=args.context)
-        return api
-    except (config.ConfigException, OSError) as err:
-        raise UsageError(f"cannot load Kubernetes credentials: {err}") from None
 
 
 def _headers(items: list[str]) -> dict[str, str]:

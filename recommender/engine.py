@@ -20,6 +20,7 @@ from recommender.kube.cluster import Workload
 from recommender.kube.vpa_objects import TargetRef, VpaConfigError, VpaSpec, parse_vpa
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, Recommendation, Strategy, UsageBatch
+from recommender.sources.errors import PartialSourceError
 from recommender.status import build_status, stale_status, unsupported_status
 
 log = logging.getLogger("podtailor.recommender")
@@ -177,21 +178,26 @@ class RecommenderEngine:
     def _run_group(self, start_s: float, end_s: float, now_s: float, members: list[Served],
                    recs: dict[tuple[str, str, str], Recommendation]) -> tuple[int, int]:
         namespaces = sorted({m.spec.namespace for m in members})
+        failed: frozenset[str] = frozenset(namespaces)
         try:
-            batches = self.source.history(namespaces, start_s, end_s)
+            batches, failed = self.source.history(namespaces, start_s, end_s), frozenset()
+        except PartialSourceError as err:  # some namespaces read in full: serve those, the rest stays stale
+            batches, failed, message = err.batches, err.failed_namespaces, f"usage history unavailable: {err}"
         except Exception as err:  # the source's own error tree; any failure means "no new data"
+            batches, message = {}, f"usage history unavailable: {err}"
+        if failed:
             self.metrics.source_failures.inc()
             log.warning("usage source failed; keeping the last recommendations",
-                        extra={"namespaces": len(namespaces), "error": str(err)})
-            message = f"usage history unavailable: {err}"
-            for m in members:
+                        extra={"namespaces": len(failed), "error": message})
+        written = stale = 0
+        for m in members:
+            if m.spec.namespace in failed:
                 self.store.update_vpa_status(m.spec, lambda status, m=m: stale_status(
                     status, m.spec.generation, message))
-            return 0, len(members)
-        written = 0
-        for m in members:
-            written += self._serve(m, batches, end_s, now_s, recs)
-        return written, 0
+                stale += 1
+            else:
+                written += self._serve(m, batches, end_s, now_s, recs)
+        return written, stale
 
     def _serve(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch], end_s: float, now_s: float,
                recs: dict[tuple[str, str, str], Recommendation]) -> int:

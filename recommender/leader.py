@@ -3,17 +3,50 @@
 Owns a thin wrapper around the official client's ``kubernetes.leaderelection`` (LeaseLock in
 ``coordination.k8s.io``): the lock uses our ApiClient (the library's default would use the global one), the
 election runs in a daemon thread, and losing the lease calls ``on_stopped`` once; the caller then exits so
-the pod restarts as a candidate, as Kubernetes' own controllers do.
+the pod restarts as a candidate, as Kubernetes' own controllers do. Every lease call has a client-side
+timeout, and a call that gets no answer (timeout, refused, reset) counts as a failed attempt: the library
+only handles ``ApiException``, so anything else would end its thread silently, leaving a leader that never
+renews and never stops, or a standby that never campaigns again.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+
+class _TimedLeases:
+    """The three Lease calls LeaseLock makes, with a timeout; no answer becomes ``ApiException(status=0)``."""
+
+    def __init__(self, api_client: client.ApiClient, timeout_s: float) -> None:
+        # Own client without urllib3's default 3 retries, which would stretch one attempt to 4 x the timeout.
+        configuration = copy.deepcopy(api_client.configuration)
+        configuration.retries = 0
+        self.api: Any = client.CoordinationV1Api(client.ApiClient(configuration))
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.api, method)(*args, _request_timeout=self.timeout_s, **kwargs)
+        except client.ApiException:
+            raise
+        except Exception as err:  # urllib3 timeouts and connection errors: no answer from the API server
+            raise client.ApiException(status=0, reason=f"no answer from the API server: {err}") from err
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> Any:
+        return self._call("read_namespaced_lease", name, namespace)
+
+    def create_namespaced_lease(self, namespace: str, body: Any) -> Any:
+        return self._call("create_namespaced_lease", namespace, body)
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: Any) -> Any:
+        return self._call("replace_namespaced_lease", name=name, namespace=namespace, body=body)
 
 
 def start_election(api_client: client.ApiClient, *, name: str, namespace: str, identity: str,
@@ -23,7 +56,8 @@ def start_election(api_client: client.ApiClient, *, name: str, namespace: str, i
     if not (lease_s > renew_s > 1.2 * retry_s and retry_s >= 1):
         raise ValueError("need lease > renew deadline > 1.2 x retry period >= 1 second")
     lock = LeaseLock(name, namespace, identity)  # type: ignore[no-untyped-call]
-    lock.api_instance = client.CoordinationV1Api(api_client)
+    # A renew attempt ends within one retry period, so a lost route is noticed by renew deadline + retry.
+    lock.api_instance = _TimedLeases(api_client, timeout_s=float(retry_s))  # type: ignore[assignment]
     config = electionconfig.Config(  # type: ignore[no-untyped-call]
         lock=lock, lease_duration=lease_s, renew_deadline=renew_s, retry_period=retry_s,
         onstarted_leading=on_started, onstopped_leading=on_stopped)

@@ -17,7 +17,8 @@ MAX_CPU_MILLICORES = 10**9 * 1000
 MAX_MEMORY_BYTES = 2**60
 """One exbibyte."""
 
-_QUANTITY = re.compile(r"^(?P<num>[+]?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?$")
+_QUANTITY = re.compile(r"(?P<num>[+]?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?",
+                       re.ASCII)  # ASCII: \d would also take other scripts' digits ("١٢٣")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "k": Fraction(10**3),
             "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12), "P": Fraction(10**15),
@@ -41,7 +42,7 @@ def parse_quantity(text: str | int | float) -> Fraction:
     else:
         if not isinstance(text, str) or len(text) > 64:
             raise QuantityError(f"not a quantity: {str(text)[:64]!r}")
-        m = _QUANTITY.match(text.strip())
+        m = _QUANTITY.fullmatch(text.strip())
         if m is None:
             raise QuantityError(f"malformed quantity {text[:64]!r}")
         value = Fraction(m["num"])

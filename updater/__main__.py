@@ -46,7 +46,7 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from recommender.cli import add_kube_flags, duration_s
+    from recommender.plumbing import add_kube_flags, duration_s
 
     parser = argparse.ArgumentParser(prog="podtailor-updater", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -84,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_executor(args: argparse.Namespace, registry: CollectorRegistry | None = None) -> Any:
-    from recommender.cli import UsageError as CliUsageError
-    from recommender.cli import kube_client
+    from recommender.plumbing import UsageError as CliUsageError
+    from recommender.plumbing import kube_client
     from updater.kube.snapshot import ClusterReader
     from updater.policy.planner import plan
     from updater.rollout.executor import Executor
@@ -227,8 +227,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recommender.__main__ import setup_logging
     from recommender.kube.errors import KubeError
+    from recommender.plumbing import setup_logging
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -20,8 +20,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from recommender.cli import UsageError, add_kube_flags, add_prometheus_flags, duration_s, kube_client, prometheus_config
+from recommender.cli import add_prometheus_flags, prometheus_config
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, get_strategy
+from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client
 from recommender.report import render
 from recommender.report.types import KINDS, Report
 

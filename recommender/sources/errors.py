@@ -10,6 +10,8 @@ A source never turns a failure into an empty result.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SourceError(Exception):
     """Reading usage history failed. ``endpoint`` is the API endpoint (``query_range``, ``series``...)."""
@@ -26,3 +28,15 @@ class TemporarySourceError(SourceError):
 
 class PermanentSourceError(SourceError):
     """The request itself is wrong (4xx, auth, TLS, not Prometheus): fix the configuration or the query."""
+
+
+class PartialSourceError(TemporarySourceError):
+    """Some namespaces could not be read (their queries still failed after retries); the others were read in
+    full. ``batches`` holds only keys of namespaces read completely, so no target is computed from a
+    namespace's incomplete data; ``failed_namespaces`` are the ones to keep stale until a later pass."""
+
+    def __init__(self, message: str, *, batches: dict[Any, Any], failed_namespaces: frozenset[str],
+                 endpoint: str = "", status: int | None = None) -> None:
+        super().__init__(message, endpoint=endpoint, status=status)
+        self.batches = batches
+        self.failed_namespaces = failed_namespaces

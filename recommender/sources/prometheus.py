@@ -34,7 +34,7 @@ from recommender.model.types import ContainerKey, OomKill, UsageBatch
 from recommender.sources import promql
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.config import PrometheusConfig
-from recommender.sources.errors import PermanentSourceError
+from recommender.sources.errors import PartialSourceError, PermanentSourceError, TemporarySourceError
 from recommender.sources.grid import GridRange, aligned_range, chunks
 from recommender.sources.owners import OwnerIndex
 from recommender.sources.samples import (
@@ -82,29 +82,56 @@ class PrometheusSource:
         For incremental passes call with ``start_s`` = the previous ``end_s``: the grid rule (``grid``) makes
         consecutive passes disjoint and gap-free. A step close to the wall clock may still miss its last
         scrape and is not read again, so pass ``end_s`` = now minus a scrape interval or two.
-        Raises ``TemporarySourceError`` / ``PermanentSourceError``; never returns empty for a failed read."""
+        Raises ``TemporarySourceError`` / ``PermanentSourceError``; never returns empty for a failed read.
+        When only some namespaces fail, raises ``PartialSourceError`` carrying the batches of the others."""
         grid = aligned_range(start_s, end_s, self.config.step_s)
         names = tuple(sorted(set(namespaces)))
         if grid is None or not names:
             return {}
         sent_before = self.request_count
-        scopes = self._plan(names, grid)
+        scopes, listed = self._plan(names, grid)
         usage: dict[PodKey, PodUsage] = {}
-        owners = OwnerIndex()
         dropped: Counter[str] = Counter()
         parts = chunks(grid, self.config.max_points_per_series - 1)  # the OOM query needs one extra point
-        for scope in scopes:
-            owners = owners.merged(self._owners(scope, grid))
-            for chunk in parts:
-                self._read_chunk(scope, chunk, usage, dropped)
+        owners, failed, error = self._read_scopes(scopes, grid, parts, usage, dropped)
+        if error is not None and failed >= set(names):
+            raise error
+        usage = {k: u for k, u in usage.items() if k[0] not in failed}  # nothing from a half-read namespace
         batches = build_batches(usage, owners, cpu_interval_s=float(self.config.step_s),
                                 memory_interval_s=float(self.config.step_s))
-        self._report(dropped, usage, owners)
+        self._report(dropped, usage, owners, {k for k in listed if k[0] not in failed})
         log.info("usage history read", extra={
             "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),
             "requests": self.request_count - sent_before, "start_s": grid.first_s, "end_s": grid.last_s,
-            **{f"dropped_{reason}": n for reason, n in dropped.items()}})
+            "failed_namespaces": len(failed), **{f"dropped_{reason}": n for reason, n in dropped.items()}})
+        if error is not None:
+            raise PartialSourceError(f"{len(failed)} of {len(names)} namespaces unread: {error}", batches=batches,
+                                     failed_namespaces=frozenset(failed), endpoint=error.endpoint,
+                                     status=error.status)
         return batches
+
+    def _read_scopes(self, scopes: list[promql.Scope], grid: GridRange, parts: list[GridRange],
+                     usage: dict[PodKey, PodUsage], dropped: Counter[str],
+                     ) -> tuple[OwnerIndex, set[str], TemporarySourceError | None]:
+        """Reads every scope; a scope still failing after retries marks its namespaces failed and the pass
+        goes on with the others (their data stays usable). A permanent error stops the pass."""
+        owners, failed, first_error = OwnerIndex(), set[str](), None
+        for scope in scopes:
+            if failed.issuperset(scope.namespaces):
+                continue  # another page of a namespace already lost: spare a struggling backend
+            try:
+                scope_owners = self._owners(scope, grid)
+                for chunk in parts:
+                    self._read_chunk(scope, chunk, usage, dropped)
+            except TemporarySourceError as err:
+                failed.update(scope.namespaces)
+                first_error = first_error or err
+                log.warning("namespaces unread in this pass; their recommendations stay as they are",
+                            extra={"namespaces": len(scope.namespaces), "endpoint": err.endpoint,
+                                   "error": str(err)})
+                continue
+            owners = owners.merged(scope_owners)
+        return owners, failed, first_error
 
     # ------------------------------------------------------------------------------------------ requests
     def _post(self, endpoint: str, form: list[tuple[str, str]], result_type: str | None) -> Any:
@@ -133,15 +160,17 @@ class PrometheusSource:
             raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
 
     # ------------------------------------------------------------------------------------------- a pass
-    def _plan(self, names: tuple[str, ...], grid: GridRange) -> list[promql.Scope]:
+    def _plan(self, names: tuple[str, ...], grid: GridRange) -> tuple[list[promql.Scope], set[PodKey]]:
         everything = promql.Scope(namespaces=names, cluster=self.config.cluster)
         form = [("match[]", m) for m in promql.series_matchers(everything)]
         form += [("start", _t(grid.first_s - self.config.cpu_rate_window_s)), ("end", _t(grid.last_s))]
         data = self._post("series", form, None)
         if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise PermanentSourceError("malformed series list", endpoint="series")
-        counts = count_containers({str(k): str(v) for k, v in d.items()} for d in data)
-        return plan_scopes(counts, self.config.max_series_per_query, self.config.cluster)
+        label_sets = [{str(k): str(v) for k, v in d.items()} for d in data]
+        listed = {(d.get("namespace", ""), d.get("pod", ""), d.get("container", "")) for d in label_sets}
+        return plan_scopes(count_containers(label_sets), self.config.max_series_per_query,
+                           self.config.cluster), listed
 
     def _owners(self, scope: promql.Scope, grid: GridRange) -> OwnerIndex:
         range_s = grid.last_s - grid.first_s + grid.step_s + self.config.cpu_rate_window_s
@@ -184,11 +213,18 @@ class PrometheusSource:
                                memory_request_bytes=None if request is None else round(request))
                 usage.setdefault(key, PodUsage()).ooms.extend([kill] * count)
 
-    def _report(self, dropped: Counter[str], usage: dict[PodKey, PodUsage], owners: OwnerIndex) -> None:
+    def _report(self, dropped: Counter[str], usage: dict[PodKey, PodUsage], owners: OwnerIndex,
+                listed: set[PodKey]) -> None:
         for reason, n in dropped.items():
             self.metrics.dropped.labels(reason).inc(n)
         if dropped:
             log.warning("invalid samples dropped", extra={f"dropped_{r}": n for r, n in dropped.items()})
+        missing = listed - usage.keys()
+        if missing:  # a data gap: those containers get no batch this pass (never a zero)
+            self.metrics.missing.inc(len(missing))
+            log.warning("containers listed by the series index returned no usage samples", extra={
+                "containers": len(missing), "namespaces": len({k[0] for k in missing}),
+                "reason": "empty, NaN-only or partial query results; their state is left as it is"})
         orphans = {(ns, pod) for ns, pod, _ in usage if (ns, pod) not in owners.pods}
         if orphans:
             log.info("pods without owner series keyed as kind Pod",

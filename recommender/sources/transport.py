@@ -43,6 +43,10 @@ class SourceMetrics:
                                  ["endpoint"], registry=registry)
         self.dropped = Counter("podtailor_source_samples_dropped", "Samples dropped before building batches.",
                                ["reason"], registry=registry)
+        self.missing = Counter("podtailor_source_missing_series",
+                               "Containers listed by the series index without any usage sample in a pass (a data "
+                               "gap; may include containers that stopped just before the range).",
+                               registry=registry)
         self.warnings = Counter("podtailor_source_warnings", "Responses that carried warnings (partial data).",
                                 ["endpoint"], registry=registry)
 

@@ -519,8 +519,12 @@ def test_a_full_cycle_runs_as_the_service_accounts(
                    if line.startswith("podtailor_updater_resizes_total ")]
         assert resizes and resizes[0] >= 2, metrics
         assert client.CoordinationV1Api(api).read_namespaced_lease("podtailor-updater", NS).spec.holder_identity
-        events = core.list_namespaced_event(ns).items
-        assert any(e.source and e.source.component == "podtailor-updater" for e in events)
+        # Verification is reported once per batch, on the (cluster-scoped) rollout: its Events live in default.
+        rollout_names = {r["metadata"]["name"] for r in client.CustomObjectsApi(api).list_cluster_custom_object(
+            "podtailor.io", "v1alpha1", "resizerollouts")["items"]}
+        events = core.list_namespaced_event("default").items
+        assert any(e.source and e.source.component == "podtailor-updater" and e.reason == "BatchVerified"
+                   and e.involved_object.name in rollout_names for e in events)
 
         # 4. Fall back: the updater's account evicts (the API server honours the PDB), and cannot delete.
         updater_api = sa_client(cluster, tokens["podtailor-updater"])

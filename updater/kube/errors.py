@@ -25,6 +25,10 @@ log = logging.getLogger("podtailor.updater.kube")
 Obj = dict[str, Any]
 PAGE_SIZE = 1000
 """Items per list page: big enough for few round trips, small enough to keep the API server's memory flat."""
+REQUEST_TIMEOUT_S = (5.0, 9.0)
+"""Client-side (connect, read) timeout of every updater request. Without one, a dead TCP path (no FIN, no
+RST) hangs a call forever (kubernetes-client/python#1402); the read part stays below the 10 s renew deadline
+of leader election, so a pass cannot outlive the lease it started under by much."""
 
 
 class SnapshotError(PermanentKubeError):
@@ -55,7 +59,8 @@ def _page(listing: Listing, namespace: str | None, cont: str | None, **kwargs: A
     args = (namespace,) if namespace else ()
     scope = f"in namespace {namespace}" if namespace else "cluster-wide"
     try:
-        resp = listing.call(*args, limit=PAGE_SIZE, _continue=cont, _preload_content=False, **kwargs)
+        resp = listing.call(*args, limit=PAGE_SIZE, _continue=cont, _preload_content=False,
+                            _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
         body: Obj = json.loads(resp.data)
         return body
     except client.ApiException as err:
@@ -86,4 +91,5 @@ def list_raw(listing: Listing, namespace: str | None = None, **kwargs: Any) -> l
             return items
 
 
-__all__ = ["KubeError", "Listing", "PermanentKubeError", "SnapshotError", "TemporaryKubeError", "list_raw"]
+__all__ = ["REQUEST_TIMEOUT_S", "KubeError", "Listing", "PermanentKubeError", "SnapshotError", "TemporaryKubeError",
+           "list_raw"]

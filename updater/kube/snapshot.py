@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from recommender.kube.errors import classify
-from updater.kube.errors import Listing, SnapshotError, list_raw
+from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, SnapshotError, list_raw
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.objects import (
     container_limits,
@@ -154,7 +154,8 @@ class ClusterReader:
 
     def server_version(self) -> ServerVersion:
         try:
-            body = json.loads(self.version_api.get_code(_preload_content=False).data)
+            body = json.loads(self.version_api.get_code(_preload_content=False,
+                                                          _request_timeout=REQUEST_TIMEOUT_S).data)
         except Exception as err:
             raise classify(err, "read /version") from err
         return parse_version(str(body.get("major", "")), str(body.get("minor", "")), str(body.get("gitVersion", "")))

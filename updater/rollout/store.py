@@ -19,6 +19,7 @@ from kubernetes import client
 from recommender.kube.errors import KubeError, classify, is_not_found
 from recommender.model.types import Resources
 from recommender.units import format_cpu, format_memory
+from updater.kube.errors import REQUEST_TIMEOUT_S
 from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
 
 GROUP, VERSION, PLURAL = "podtailor.io", "v1alpha1", "resizerollouts"
@@ -41,14 +42,15 @@ class RolloutStore:
 
     def list(self) -> list[Rollout]:
         try:
-            body = self.api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            body = self.api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as err:
             raise classify(err, "list ResizeRollouts") from err
         return [from_object(o) for o in body["items"]]
 
     def get(self, name: str) -> Rollout | None:
         try:
-            return from_object(self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name))
+            return from_object(self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name,
+                                                                  _request_timeout=REQUEST_TIMEOUT_S))
         except Exception as err:
             if is_not_found(err):
                 return None
@@ -60,7 +62,8 @@ class RolloutStore:
                                                                                     r.pool)[:63].strip("._-")}},
                 "spec": {"pool": r.pool, "policy": r.policy, "batchCount": len(r.batches)}}
         try:
-            obj = self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+            obj = self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body,
+                                                        _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as err:
             raise classify(err, f"create ResizeRollout {r.name}") from err
         created = from_object(obj)
@@ -72,7 +75,8 @@ class RolloutStore:
                "metadata": {"name": r.name, "resourceVersion": r.resource_version},
                "spec": {"pool": r.pool, "policy": r.policy, "batchCount": len(r.batches)}, "status": to_status(r)}
         try:
-            out = self.api.replace_cluster_custom_object_status(GROUP, VERSION, PLURAL, r.name, obj)
+            out = self.api.replace_cluster_custom_object_status(GROUP, VERSION, PLURAL, r.name, obj,
+                                                              _request_timeout=REQUEST_TIMEOUT_S)
         except client.ApiException as err:
             if err.status == 409:
                 raise Conflict(r.name) from err
@@ -83,7 +87,7 @@ class RolloutStore:
 
     def retry_requested(self, name: str) -> bool:
         try:
-            obj = self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            obj = self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name, _request_timeout=REQUEST_TIMEOUT_S)
         except Exception:
             return False
         return bool((obj.get("spec") or {}).get("retry"))
@@ -125,7 +129,7 @@ class PodResizer:
             body["spec"]["initContainers"] = sidecars
         try:
             out = self.core.patch_namespaced_pod_resize(pod, namespace, body, field_manager=self.field_manager,
-                                                        _preload_content=False)
+                                                        _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
         except client.ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{namespace}/{pod}") from err
@@ -153,7 +157,7 @@ class EventRecorder:
                 "source": {"component": self.component}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
                 "reportingComponent": self.component, "reportingInstance": self.component}
         try:
-            self.core.create_namespaced_event(ns, body, _preload_content=False)
+            self.core.create_namespaced_event(ns, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as err:  # an Event is best effort: never fail an action because of it
             log.warning("event not recorded", extra={"reason": reason, "error": str(err)})
 
@@ -171,7 +175,8 @@ class Evictor:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace},
                 "deleteOptions": {"preconditions": {"uid": uid}}}
         try:
-            self.core.create_namespaced_pod_eviction(pod, namespace, body, _preload_content=False)
+            self.core.create_namespaced_pod_eviction(pod, namespace, body, _preload_content=False,
+                                                  _request_timeout=REQUEST_TIMEOUT_S)
         except client.ApiException as err:
             if err.status == 404:
                 return  # already gone: the outcome we wanted
@@ -197,8 +202,8 @@ class TemplatePatcher:
         from recommender.units import parse_cpu_millicores, parse_memory_bytes
 
         try:
-            resp = getattr(self.apps, f"read_namespaced_{_TEMPLATE_KINDS[kind]}")(name, namespace,
-                                                                                  _preload_content=False)
+            resp = getattr(self.apps, f"read_namespaced_{_TEMPLATE_KINDS[kind]}")(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
         except client.ApiException as err:
             if err.status == 404:
                 return None
@@ -230,6 +235,7 @@ class TemplatePatcher:
         body = {"spec": {"template": {"spec": {"containers": containers}}}}
         try:
             getattr(self.apps, f"patch_namespaced_{_TEMPLATE_KINDS[kind]}")(
-                name, namespace, body, field_manager=self.field_manager, _preload_content=False)
+                name, namespace, body, field_manager=self.field_manager, _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as err:
             raise classify(err, f"patch {kind} {namespace}/{name} template") from err

@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from recommender.cli import UsageError, add_kube_flags, duration_s, kube_client
+from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client
 
 log = logging.getLogger("podtailor.updater.webhook")
 DESCRIPTION = """\
