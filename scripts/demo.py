@@ -291,7 +291,7 @@ class Demo:
             try:
                 import ssl
 
-                ctx = ssl._create_unverified_context()  # noqa: S323 - our own loopback endpoint
+                ctx = ssl._create_unverified_context()
                 with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2) as r:
                     return bool(r.status == 200)
             except OSError:
