@@ -111,7 +111,7 @@ def make_sim(api: client.ApiClient, namespace: str) -> Iterator[SimFactory]:
     sims: list[NodeSimulator] = []
 
     def make(*pools: NodePool, **options: object) -> NodeSimulator:
-        config = SimConfig(pools=tuple(pools), name_prefix=f"{namespace}-{len(sims)}", **options)  # type: ignore[arg-type]
+        config = SimConfig(pools=tuple(pools), name_prefix=f"n{namespace[-6:]}-{len(sims)}", **options)  # type: ignore[arg-type]
         sim = NodeSimulator(api, config).start()
         sims.append(sim)
         return sim

@@ -308,7 +308,7 @@ def _measure_size(n: int, rounds: int, timeout_s: float) -> SizeResult:
                     bare_s, bare_bytes = _bare(sent, timeout_s)
                 if child["cold"]["sent"] != sent:
                     raise RuntimeError("the source sent different requests in two cold passes")
-                results.append({"bare_s": bare_s, "bare_bytes": bare_bytes, **child})
+                results.append({"bare_s": bare_s, "bare_bytes": bare_bytes, "load": os.getloadavg()[0], **child})
                 print(f"  round {r + 1}/{rounds}: bare {bare_s:.2f} s, cold {child['cold']['wall_s']:.2f} s, "
                       f"incremental {child['incremental']['wall_s']:.2f} s, "
                       f"peak RSS {child['cold']['peak_rss'] / MI:.0f} MiB, load {os.getloadavg()[0]:.2f}",
@@ -351,8 +351,8 @@ def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
                      f"{b.file_bytes / GIB:.1f} GiB, {b.write_s:.0f} s, {b.promtool_s:.0f} s, "
                      f"{b.tsdb_bytes / MI:.0f} MiB |")
     lines += ["", "| containers | rounds | bare queries (floor) | cold pass (HTTP / model) | incremental pass | "
-              "cold / bare | incremental / cold | requests cold, incremental | peak RSS cold (baseline), "
-              "incremental | response bytes |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "cold / bare | incremental / cold | requests cold, incremental | peak RSS cold (after imports), "
+              "incremental (held at its start) | response bytes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for n, s in sizes.items():
         rs = s.rounds
         bare = _med([r["bare_s"] for r in rs])
@@ -371,6 +371,12 @@ def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
             f"{ratio_cold:.2f}x | {ratio_incr:.1%} | {rs[0]['cold']['requests']}, {rs[0]['incremental']['requests']}"
             f" | {rss / MI:.0f} MiB ({base / MI:.0f}), {rss_incr / MI:.0f} MiB ({held / MI:.0f}) | "
             f"{rs[0]['bare_bytes'] / MI:.0f} MiB |")
+    for n, s in sizes.items():
+        lines.append("")
+        lines.append(f"Rounds at {n:,} (bare s / cold s / incremental s, cold/bare, 1-min load after the round): "
+                     + "; ".join(f"{r['bare_s']:.1f} / {r['cold']['wall_s']:.1f} / {r['incremental']['wall_s']:.2f}, "
+                                 f"{r['cold']['wall_s'] / r['bare_s']:.2f}x, load {r['load']:.1f}" for r in s.rounds)
+                     + ".")
     lines += ["", "| goal | measured | verdict |", "|---|---|---|"]
     for n, s in sizes.items():
         rs = s.rounds

@@ -191,6 +191,7 @@ class Executor:
                                                 policy=policy.name, batches=tuple(batches), entries=tuple(entries)))
                 self.writes += 2
                 started.append(new.name)
+                self.workloads.update(self._workloads(snap, [new]))  # read its templates before its first step
                 self._event(new, machine.Event(namespace="", pod=None, reason="RolloutStarted",
                                                message=f"pool {pool}: {len(entries)} pods in {len(batches)} batches"))
                 new, n = self._step(new, snap, now_s, slots, self._timeouts(policy), frozen=False)

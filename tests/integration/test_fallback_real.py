@@ -1,0 +1,191 @@
+"""Fallback to replacement on the real cluster, with the real admission webhook called over TLS.
+
+A target above the node's allocatable cannot be resized in place (the API server refuses it): the updater
+evicts within the budget, and the replacement is admitted at the target by the webhook and scheduled where
+it fits. A PodDisruptionBudget that allows nothing holds the eviction (backing off, not looping) until it
+allows one; single-replica workloads are left alone; template mode rolls the workload instead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from recommender.units import parse_cpu_millicores
+from tests.harness.process import free_port
+from tests.integration.test_updater_real import Scenario
+from tests.waiting import eventually
+from updater.rollout.journal import Phase
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def webhook(scenario: Scenario, cluster: Any) -> Iterator[None]:
+    """The real webhook (a subprocess), registered for this test's namespace only."""
+    import ssl
+    import urllib.request
+
+    port, name = free_port(), f"{scenario.ns}-hook"[:63]
+    proc = subprocess.Popen([sys.executable, "-m", "updater", "webhook", "--kubeconfig", cluster.kubeconfig,
+                             "--listen", f"127.0.0.1:{port}", "--webhook-url", f"https://127.0.0.1:{port}/mutate",
+                             "--webhook-config-name", name, "--only-namespace", scenario.ns, "--resync", "1s"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ready() -> bool:
+        try:
+            ctx = ssl._create_unverified_context()  # our own loopback endpoint
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def admissions() -> float:
+        ctx = ssl._create_unverified_context()
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=2) as r:
+            lines = r.read().decode().splitlines()
+        return sum(float(x.split()[-1]) for x in lines if x.startswith("podtailor_webhook_admissions_total"))
+
+    def called() -> bool:
+        """The API server loads a new webhook configuration asynchronously: ready is not enough, a dry-run pod
+        creation must actually reach us."""
+        before = admissions()
+        probe = {"metadata": {"generateName": "probe-"},
+                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
+        client.CoreV1Api(scenario.api).create_namespaced_pod(scenario.ns, probe, dry_run="All")
+        return admissions() > before
+
+    try:
+        eventually("the webhook ready", ready, timeout_s=30, interval_s=0.3)
+        eventually("the API server calling the webhook", called, timeout_s=30, interval_s=0.3)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        try:
+            client.AdmissionregistrationV1Api(scenario.api).delete_mutating_webhook_configuration(name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+
+
+@pytest.fixture
+def scenario(api: client.ApiClient, crds: list[str], namespace: str, make_sim: Any) -> Iterator[Scenario]:
+    s = Scenario(api, namespace, make_sim)
+    try:
+        yield s
+    finally:
+        for name in s.policies:
+            s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
+
+
+def _grow(s: Scenario, name: str, replicas: int) -> None:
+    """Pods that prefer the small pool and whose target (2500m) does not fit its 2-core nodes."""
+    labels = {"app": name}
+    s.apps.create_namespaced_deployment(s.ns, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels, "annotations": {
+                "nodesim.podtailor.io/usage": '{"kind": "constant", "cpu_cores": 0.3, "memory_bytes": "64Mi"}'}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                         {"weight": 100, "preference": {"matchExpressions": [
+                             {"key": "podtailor.io/node-pool", "operator": "In", "values": [s.pools["small"]]}]}}]}},
+                     "containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                     "resources": {"requests": {"cpu": "500m", "memory": "128Mi"},
+                                                   "limits": {"cpu": "4", "memory": "256Mi"}}}]}}}})
+    eventually(f"{name} running", lambda: len(s.running(name)) == replicas, timeout_s=60)
+    assert all("small" in p.spec.node_name for p in s.running(name))
+
+
+def _pools(s: Scenario) -> None:
+    s.pool("small", nodes=2, cpu=2000)
+    s.pool("big", nodes=1, cpu=8000)
+
+
+def test_a_target_above_the_node_is_replaced_at_the_target_where_it_fits(scenario: Scenario, webhook: None) -> None:
+    s = scenario
+    _pools(s)
+    _grow(s, "grow", 2)
+    s.vpa("grow", {"cpu": "2500m", "memory": "128Mi"})
+    s.policy(disruptionBudget=0.5, steps=[{"fraction": 1, "bake": "1s"}])
+    executor = s.executor()
+    before = {p.metadata.uid for p in s.running("grow")}
+    s.run_until(executor, s.settled, timeout_s=120)
+    [r] = s.rollouts()
+    assert r.phase == Phase.COMPLETED, r.message
+    evictions = [e for e in r.entries if e.action == "evict"]
+    assert len(evictions) == 2 and [e.batch for e in evictions] == [0, 1]  # 50% of 2 replicas: one at a time
+    pods = s.running("grow")
+    assert len(pods) == 2 and not ({p.metadata.uid for p in pods} & before)  # both replaced
+    for p in pods:
+        # Admitted at the target by the webhook, on the only node where 2500m fits.
+        assert parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 2500
+        assert "big" in p.spec.node_name
+
+
+def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(scenario: Scenario, webhook: None) -> None:
+    s = scenario
+    _pools(s)
+    _grow(s, "held", 2)
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "held"},
+           "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "held"}}}}
+    policy_api = client.PolicyV1Api(s.api)
+    policy_api.create_namespaced_pod_disruption_budget(s.ns, pdb)
+    eventually("the PDB observed", lambda: (st := policy_api.read_namespaced_pod_disruption_budget_status(
+        "held", s.ns).status) and st.current_healthy == 2, timeout_s=30)
+    s.vpa("held", {"cpu": "2500m", "memory": "128Mi"})
+    s.policy(disruptionBudget=0.5, steps=[{"fraction": 1, "bake": "1s"}])
+    executor = s.executor()
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:
+        executor.run_pass(time.time())
+        time.sleep(0.5)
+    [r] = s.rollouts()
+    blocked = [e for e in r.entries if e.state.value == "Blocked"]
+    # About 50 passes in 25 s, but back-off (10 s, then 20 s) allows only a few eviction attempts.
+    assert blocked and 1 <= blocked[0].attempts <= 3, [(e.state, e.attempts) for e in r.entries]
+    assert len(s.running("held")) == 2  # nothing evicted while the budget allowed nothing
+    policy_api.patch_namespaced_pod_disruption_budget("held", s.ns, {"spec": {"minAvailable": 1}})
+    s.run_until(executor, s.settled, timeout_s=150)
+    assert s.rollouts()[0].phase == Phase.COMPLETED
+    assert all(parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 2500
+               for p in s.running("held"))
+
+
+def test_a_single_replica_is_left_alone_and_flagged(scenario: Scenario) -> None:
+    s = scenario
+    _pools(s)
+    _grow(s, "solo", 1)
+    s.vpa("solo", {"cpu": "2500m", "memory": "128Mi"})
+    s.policy()
+    result = s.executor().run_pass(time.time())
+    assert not result.started
+    [(_, plan)] = result.plans
+    [d] = plan.decisions
+    assert d.reason.value == "single-replica-not-evicted" and d.action.value == "skip"
+
+
+def test_template_mode_rolls_the_workload(scenario: Scenario, webhook: None) -> None:
+    s = scenario
+    _pools(s)
+    _grow(s, "roll", 2)
+    s.vpa("roll", {"cpu": "2500m", "memory": "128Mi"})
+    s.policy(fallback="template", steps=[{"fraction": 1, "bake": "1s"}])
+    executor = s.executor()
+    s.run_until(executor, s.settled, timeout_s=120)
+    [r] = s.rollouts()
+    assert r.phase == Phase.COMPLETED, r.message
+    assert [e.action for e in r.entries] == ["template"]  # one patch for the workload, not one per pod
+    template = s.apps.read_namespaced_deployment("roll", s.ns).spec.template.spec.containers[0].resources
+    assert template.requests["cpu"] == "2500m"
+    managers = {m.manager for m in s.apps.read_namespaced_deployment("roll", s.ns).metadata.managed_fields}
+    assert "podtailor-updater" in managers  # our own field manager, nobody else's fields
+    eventually("the Deployment rolled its pods", lambda: len(pods := s.running("roll")) == 2 and all(
+        parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 2500 for p in pods), timeout_s=90)
