@@ -298,6 +298,22 @@ class Demo:
                 return False
         self._wait("the webhook to be ready", ready, timeout_s=60)
 
+        def admissions() -> float:
+            import ssl
+
+            ctx = ssl._create_unverified_context()
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=2) as r:
+                lines = r.read().decode().splitlines()
+            return sum(float(x.split()[-1]) for x in lines if x.startswith("podtailor_webhook_admissions_total"))
+
+        def called() -> bool:  # the API server loads a new webhook configuration asynchronously
+            before = admissions()
+            probe = {"metadata": {"generateName": "probe-"},
+                     "spec": {"containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
+            self.core.create_namespaced_pod(NS, probe, dry_run="All")
+            return admissions() > before
+        self._wait("the API server to call the webhook", called, timeout_s=60)
+
     def update(self) -> None:
         k = ["--kubeconfig", self.kubeconfig, "-n", NS, "--pool-label", POOL_KEY]
         say("the updater's plan: batches per node pool, and how each pod changes (in place, restart, replacement)")
