@@ -229,6 +229,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from recommender.kube.errors import KubeError
     from recommender.plumbing import setup_logging
+    from updater.kube.policy_crd import PolicyError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -247,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KubeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except PolicyError as err:  # a ResizePolicy the API server accepted but we cannot read: nothing is done
         print(f"error: {err}", file=sys.stderr)
         return 1
 

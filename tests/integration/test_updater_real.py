@@ -293,3 +293,19 @@ def test_crash_mid_batch_and_resume_resizes_nobody_twice(scenario: Scenario) -> 
     for p in scenario.running("web"):
         assert p.metadata.generation == generations[p.metadata.name] + 1  # exactly one resize each
         assert cpu_of(p) == 250
+
+
+def test_a_policy_we_cannot_read_stops_everything_with_a_clear_error(scenario: Scenario, cluster: Any) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=1)
+    scenario.vpa("web", {"cpu": "250m", "memory": "256Mi"})
+    # The schema accepts it, but a window that ends before it starts means nothing sensible.
+    scenario.policy(maintenanceWindows=[{"days": ["Mon"], "start": "10:00", "end": "09:00"}])
+    out = subprocess.run([sys.executable, "-m", "updater", "plan", "--kubeconfig", cluster.kubeconfig, "-n",
+                          scenario.ns, "--pool-label", POOL_KEY], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 1 and out.stdout == ""
+    assert "ResizePolicy" in out.stderr and "Traceback" not in out.stderr
+    with pytest.raises(Exception, match="cannot be read"):
+        scenario.executor().run_pass(time.time())
+    assert not scenario.rollouts()  # nothing acted on
