@@ -56,6 +56,10 @@ class PrometheusConfig:
     several samples (KRR's 75 s window over a 60 s scrape holds one or two)."""
     max_points_per_series: int = 11_000
     """Grid points per series per range query; Prometheus refuses more than 11,000, longer ranges are chunked."""
+    max_points_per_query: int = 500_000
+    """Series x points in one range response: a response is decoded whole, so this bounds the memory one
+    query can take (about 12 MB of JSON, ~0.1 GB decoded). Long windows over big scopes are read in more,
+    shorter time chunks instead. Prometheus's own --query.max-samples default is 50 M."""
     max_series_per_query: int = 5_000
     """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
 
@@ -85,6 +89,8 @@ class PrometheusConfig:
             raise ValueError("retries and backoff must not be negative")
         if not 2 <= self.max_points_per_series <= 11_000:
             raise ValueError("max_points_per_series must be in [2, 11000]")
+        if self.max_points_per_query < 2:
+            raise ValueError("max_points_per_query must be at least 2")
         if self.max_series_per_query < 1:
             raise ValueError("max_series_per_query must be at least 1")
 

@@ -92,7 +92,7 @@ class PrometheusSource:
         scopes, listed = self._plan(names, grid)
         usage: dict[PodKey, PodUsage] = {}
         dropped: Counter[str] = Counter()
-        parts = chunks(grid, self.config.max_points_per_series - 1)  # the OOM query needs one extra point
+        parts = chunks(grid, self._chunk_points(scopes, listed))
         owners, failed, error = self._read_scopes(scopes, grid, parts, usage, dropped)
         if error is not None and failed >= set(names):
             raise error
@@ -160,6 +160,13 @@ class PrometheusSource:
             raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
 
     # ------------------------------------------------------------------------------------------- a pass
+    def _chunk_points(self, scopes: list[promql.Scope], listed: set[PodKey]) -> int:
+        """Grid points per range query: under the per-series cap (minus the OOM query's extra point) and
+        small enough that the biggest scope's series x points stays under ``max_points_per_query``."""
+        biggest = max((sum(1 for ns, pod, _ in listed if ns in s.namespaces and (not s.pods or pod in s.pods))
+                       for s in scopes), default=1)
+        return max(1, min(self.config.max_points_per_series - 1, self.config.max_points_per_query // max(1, biggest)))
+
     def _plan(self, names: tuple[str, ...], grid: GridRange) -> tuple[list[promql.Scope], set[PodKey]]:
         everything = promql.Scope(namespaces=names, cluster=self.config.cluster)
         form = [("match[]", m) for m in promql.series_matchers(everything)]

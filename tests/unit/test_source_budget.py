@@ -1,0 +1,29 @@
+"""The points budget: one range response never holds more than max_points_per_query series x points."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from recommender.sources import promql
+from recommender.sources.config import PrometheusConfig
+from recommender.sources.prometheus import PrometheusSource
+
+
+def source(**kw: int) -> PrometheusSource:
+    return PrometheusSource(PrometheusConfig(url="http://127.0.0.1:1", **kw), registry=CollectorRegistry())
+
+
+def listed(namespace: str, n: int) -> set[tuple[str, str, str]]:
+    return {(namespace, f"p{i}", "app") for i in range(n)}
+
+
+def test_big_scopes_are_read_in_shorter_time_chunks() -> None:
+    scopes = [promql.Scope(namespaces=("a",)), promql.Scope(namespaces=("b", "c"))]
+    containers = listed("a", 1000) | listed("b", 3000) | listed("c", 2000)
+    # The biggest scope holds b and c: 5,000 series; 500,000 points / 5,000 = 100 points per query.
+    assert source()._chunk_points(scopes, containers) == 100
+    # Small scopes are capped by Prometheus's 11,000 points per series (minus the OOM query's extra point).
+    assert source()._chunk_points([promql.Scope(namespaces=("a",))], listed("a", 10)) == 10_999
+    # A paged scope counts only its own pods: 2 of them -> 250,000, capped at 10,999.
+    paged = promql.Scope(namespaces=("a",), pods=("p0", "p1"))
+    assert source(max_points_per_query=20_000)._chunk_points([paged], listed("a", 1000)) == 10_000
