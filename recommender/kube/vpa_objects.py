@@ -88,7 +88,17 @@ def _policy(raw: Mapping[str, Any], index: int) -> tuple[str, ContainerPolicy]:
 
 
 def parse_vpa(obj: Mapping[str, Any]) -> VpaSpec:
-    """A VPA API object as a VpaSpec; raises VpaConfigError when the spec cannot be served."""
+    """A VPA API object as a VpaSpec; raises VpaConfigError, and only that, when the spec cannot be served
+    (the schema should keep odd shapes out, but one bad object must never stop the pass for the others)."""
+    try:
+        return _parse_vpa(obj)
+    except VpaConfigError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
+        raise VpaConfigError(f"malformed VPA object: {type(err).__name__}: {str(err)[:200]}") from None
+
+
+def _parse_vpa(obj: Mapping[str, Any]) -> VpaSpec:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     ref = spec.get("targetRef") or {}
     kind, name = ref.get("kind"), ref.get("name")

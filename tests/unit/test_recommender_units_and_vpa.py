@@ -146,3 +146,19 @@ def test_stale_keeps_the_recommendation() -> None:
     stale = stale_status(first, 1, "usage history unavailable: connection refused")
     assert stale is not None and stale["recommendation"] == first["recommendation"]
     assert next(c for c in stale["conditions"] if c["type"] == "Stale")["status"] == "True"
+
+
+@pytest.mark.parametrize("spec", [
+    {"recommenders": [5]},
+    {"resourcePolicy": {"containerPolicies": ["app"]}},
+    {"resourcePolicy": "everything"},
+    {"updatePolicy": ["Auto"]},
+    {"targetRef": "web"},
+])
+def test_malformed_vpa_objects_raise_only_config_errors(spec: dict[str, Any]) -> None:
+    with pytest.raises(VpaConfigError):
+        parse_vpa(vpa(**spec))
+    bad = vpa()
+    bad["metadata"]["generation"] = "x"
+    with pytest.raises(VpaConfigError, match="malformed"):
+        parse_vpa(bad)
