@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
     from recommender.engine import RecommenderEngine
     from recommender.kube.cluster import KubeAdapter
+    from recommender.kube.events import EventRecorder
     from recommender.metrics import RecommenderMetrics
     from recommender.model.registry import get_strategy
     from recommender.sources.prometheus import PrometheusSource
@@ -89,7 +90,7 @@ def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
     api = kube_client(args)
     source = PrometheusSource(prom, registry=registry)
     return RecommenderEngine(store=KubeAdapter(api), source=source, strategy=get_strategy(args.strategy),
-                             config=engine_cfg, metrics=RecommenderMetrics(registry)), api
+                             config=engine_cfg, metrics=RecommenderMetrics(registry), events=EventRecorder(api)), api
 
 
 def cmd_once(args: argparse.Namespace) -> int:

@@ -32,6 +32,10 @@ class UsageSource(Protocol):
         ...
 
 
+class Events(Protocol):
+    def record(self, vpa: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None: ...
+
+
 class VpaStore(Protocol):
     def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]: ...
 
@@ -85,8 +89,9 @@ class PassReport:
 
 class RecommenderEngine:
     def __init__(self, *, store: VpaStore, source: UsageSource, strategy: Strategy, config: EngineConfig,
-                 metrics: RecommenderMetrics) -> None:
+                 metrics: RecommenderMetrics, events: Events | None = None) -> None:
         self.store, self.source, self.strategy, self.config, self.metrics = store, source, strategy, config, metrics
+        self.events = events
         self.served: dict[str, Served] = {}
 
     # -- discovery ---------------------------------------------------------------------------------------
@@ -154,7 +159,8 @@ class RecommenderEngine:
 
     def _mark_unsupported(self, spec: VpaSpec, message: str) -> int:
         log.warning("VPA not served", extra={"namespace": spec.namespace, "vpa": spec.name, "reason": message})
-        self.store.update_vpa_status(spec, lambda status: unsupported_status(status, spec.generation, message))
+        if self.store.update_vpa_status(spec, lambda status: unsupported_status(status, spec.generation, message)):
+            self._event(spec, "ConfigUnsupported", message, warning=True)
         return 1
 
     # -- the pass ----------------------------------------------------------------------------------------
@@ -192,8 +198,10 @@ class RecommenderEngine:
         written = stale = 0
         for m in members:
             if m.spec.namespace in failed:
-                self.store.update_vpa_status(m.spec, lambda status, m=m: stale_status(
-                    status, m.spec.generation, message))
+                if self.store.update_vpa_status(m.spec, lambda status, m=m: stale_status(
+                        status, m.spec.generation, message)):
+                    self._event(m.spec, "UsageHistoryUnavailable", f"{message}; the last recommendation is kept",
+                                warning=True)
                 stale += 1
             else:
                 written += self._serve(m, batches, end_s, now_s, recs)
@@ -224,8 +232,14 @@ class RecommenderEngine:
             status, spec.generation, out, [c.name for c in workload.containers]))
         if wrote:
             self.metrics.status_writes.inc()
+            self._event(spec, "RecommendationUpdated", "; ".join(
+                f"{name}: {_short(rec)}" for name, rec in sorted(out.items())) or "no usage history yet")
         self._maybe_checkpoint(entry, now_s)
         return int(wrote)
+
+    def _event(self, spec: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None:
+        if self.events is not None:
+            self.events.record(spec, reason, message, warning=warning)
 
     def _maybe_checkpoint(self, entry: Served, now_s: float, force: bool = False) -> None:
         if not force and now_s - entry.last_checkpoint_s < self.config.checkpoint_every_s:
@@ -246,3 +260,10 @@ class RecommenderEngine:
         """Write every VPA's checkpoint now (on shutdown)."""
         for entry in self.served.values():
             self._maybe_checkpoint(entry, now_s, force=True)
+
+
+def _short(rec: Recommendation) -> str:
+    from recommender.kube.vpa_objects import quantities
+
+    target = quantities(rec.target)
+    return " ".join(f"{k} {v}" for k, v in sorted(target.items()))

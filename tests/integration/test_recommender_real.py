@@ -248,6 +248,9 @@ def test_the_once_command_writes_and_prints_recommendations(
     assert target(vpa_status(api, namespace, "web")) == (
         parse_cpu_millicores(printed["recommendations"][0]["target"]["cpu"]),
         parse_memory_bytes(printed["recommendations"][0]["target"]["memory"]))
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    assert any(e.reason == "RecommendationUpdated" and e.involved_object.kind == "VerticalPodAutoscaler"
+               and e.involved_object.name == "web" and "app: cpu" in e.message for e in events)
     bad = subprocess.run([*cmd[:-2], "--history=-1d"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "bad duration" in bad.stderr
 
