@@ -178,7 +178,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     health.last_success_monotonic = time.monotonic()
             except Exception as err:  # the one broad catch: the next pass re-reads everything
                 metrics.passes.labels("failed").inc()
-                log.error("pass failed; retrying at the next interval", extra={"error": str(err)})
+                retry_after = float(getattr(err, "retry_after_s", 0.0) or 0.0)  # API Priority and Fairness
+                log.error("pass failed; retrying at the next interval",
+                          extra={"error": str(err), "retry_after_s": retry_after})
+                stop.wait(max(0.0, retry_after - args.interval))
             stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
 
     def start_work() -> None:

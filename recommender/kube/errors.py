@@ -19,9 +19,11 @@ TEMPORARY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 class KubeError(RuntimeError):
     """A Kubernetes API call failed; ``status`` is the HTTP status (0 when there was no answer)."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(self, message: str, *, status: int = 0, retry_after_s: float = 0.0) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
+        """The server's Retry-After (API Priority and Fairness sends it with 429), 0 when absent."""
 
 
 class TemporaryKubeError(KubeError):
@@ -47,10 +49,18 @@ def classify(err: BaseException, action: str) -> KubeError:
         if status == 403:
             text += " (missing RBAC permission?)"
         cls = TemporaryKubeError if status in TEMPORARY_STATUSES or status == 0 else PermanentKubeError
-        return cls(text, status=status)
+        return cls(text, status=status, retry_after_s=_retry_after(err))
     if isinstance(err, HTTPError | OSError | TimeoutError):
         return TemporaryKubeError(f"{action}: API server unreachable: {err}")
     return PermanentKubeError(f"{action}: {err}")
+
+
+def _retry_after(err: client.ApiException) -> float:
+    try:
+        value = (err.headers or {}).get("Retry-After")
+        return min(max(float(value), 0.0), 600.0) if value is not None else 0.0
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
 
 
 def is_not_found(err: BaseException) -> bool:

@@ -184,10 +184,15 @@ class NodeSimulator:
     def set_heartbeat(self, name: str, alive: bool) -> None:
         """False: the node's kubelet is 'lost' (no Lease renewals, no status); True: it is back."""
         with self.lock:
-            self.nodes[name].heartbeat = alive
+            node = self.nodes[name]
+            node.heartbeat = alive
             if alive:
-                self._renew_lease(self.nodes[name])
-                self._write_node_status(self.nodes[name])
+                self._renew_lease(node)
+                self._write_node_status(node)
+                # A kubelet that is back syncs every pod's status again (the node controller marked them
+                # NotReady while it was gone).
+                for key in list(self.by_node[name]):
+                    self._write(self.pods[key], node)
 
     def set_usage(self, namespace: str, pod: str, container: str, model: UsageModel) -> None:
         with self.lock:
@@ -275,6 +280,10 @@ class NodeSimulator:
             pod.delete_at = time.monotonic() + min(grace, self.config.termination_s)
         if int(meta.get("generation", 1)) > pod.observed_generation and not pod.deleting:
             self._on_spec_change(pod, obj)
+        elif not pod.deleting and self.nodes[pod.node].heartbeat and _api_ready(obj) != pod.ready():
+            # Like kubelet's status manager: someone else (the node controller) changed the pod's readiness in
+            # the API; the kubelet's own view wins again once it can write.
+            self._write(pod, self.nodes[pod.node])
 
     def _forget(self, pod: SimPod) -> None:
         self.pods.pop(pod.key, None)
@@ -590,3 +599,8 @@ class NodeSimulator:
             nodes = tuple(cadvisor.NodeSnapshot(node=n.name, labels=n.labels()) for n in self.nodes.values())
             return cadvisor.ClusterSnapshot(containers=tuple(containers), pods=tuple(pods),
                                             replicasets=self.replicasets, nodes=nodes)
+
+
+def _api_ready(obj: Obj) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

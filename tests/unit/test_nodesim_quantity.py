@@ -104,9 +104,13 @@ _SUFFIXES = ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti", "e3", "E2", "e
 @given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=0, max_value=999), st.sampled_from(_SUFFIXES))
 def test_parse_matches_exact_arithmetic(whole: int, frac: int, suffix: str) -> None:
     text = f"{whole}.{frac:03d}{suffix}"
-    multipliers = {"": 1, "m": 10**-3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10,
-                   "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "e3": 10**3, "E2": 10**2, "e-2": 10**-2}
     from fractions import Fraction
+
+    # Exact multipliers: 10**-3 is a float (0.001000000000000000020816...) and would make "exact" inexact.
+    multipliers = {"": Fraction(1), "m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6),
+                   "G": Fraction(10**9), "T": Fraction(10**12), "Ki": Fraction(2**10), "Mi": Fraction(2**20),
+                   "Gi": Fraction(2**30), "Ti": Fraction(2**40), "e3": Fraction(10**3), "E2": Fraction(10**2),
+                   "e-2": Fraction(1, 100)}
 
     exact = (Fraction(whole) + Fraction(frac, 1000)) * Fraction(multipliers[suffix])
     assert parse_memory_bytes(text) == -(-exact.numerator // exact.denominator)  # ceil

@@ -7,7 +7,13 @@ from dataclasses import replace
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
 from updater.policy.types import Action, ContainerChange, FallbackMode, Plan, PodDecision, Reason, RolloutPolicy
 from updater.rollout import machine
-from updater.rollout.fallback import fallback_entries, infeasible_uids, with_history
+from updater.rollout.fallback import (
+    fallback_entries,
+    infeasible_uids,
+    mark_infeasible,
+    reverted_templates,
+    without_reverted,
+)
 from updater.rollout.journal import BatchPhase, EntryState, Phase, Rollout
 
 WORK = ("ns", "Deployment", "web")
@@ -80,17 +86,30 @@ def decision(pod: str, action: Action = Action.RESIZE_ONLINE, uid: str | None = 
                        changes=(change,))
 
 
-def test_an_earlier_infeasible_verdict_sends_the_pod_to_the_fallback() -> None:
+def test_an_earlier_infeasible_verdict_is_shown_to_the_planner_as_infeasible() -> None:
+    from tests.unit.test_policy_builders import pod
+
+    a, b = pod("a", ns="ns"), pod("b", ns="ns")
+    journal = rollout(replace(entry("a", 0), uid=a.uid, state=EntryState.INFEASIBLE, message="Node didn't have enough"))
+    marked = mark_infeasible([a, b], infeasible_uids([journal]))
+    # The planner then applies every fallback rule (single replica, do-not-disrupt, ...) as for a live verdict.
+    assert [p.resize_pending for p in marked] == ["Infeasible", None]
+
+
+def test_a_workload_whose_template_gitops_keeps_reverting_is_left_alone() -> None:
     from updater.policy.types import Batch
 
-    plan = Plan(decisions=(decision("a"), decision("b")),
-                batches=(Batch(pool="p1", step=0, pods=("ns/a", "ns/b"), bake_s=1, gates=()),))
-    journal = rollout(replace(entry("a", 0), state=EntryState.INFEASIBLE, message="Node didn't have enough"))
-    moved = with_history(plan, infeasible_uids([journal]), RolloutPolicy())
-    assert [d.action for d in moved.decisions] == [Action.FALLBACK, Action.RESIZE_ONLINE]
-    assert moved.batches[0].pods == ("ns/b",)
-    off = with_history(plan, infeasible_uids([journal]), RolloutPolicy(fallback=FallbackMode.NONE))
-    assert off.decisions[0].action == Action.SKIP and "fallback disabled" in off.decisions[0].message
+    reverted = rollout(replace(entry("deployment-web", 0), action="template", state=EntryState.SKIPPED, attempts=3))
+    plan = Plan(decisions=(decision("a", Action.FALLBACK),), batches=(Batch(pool="p1", step=0, pods=(), bake_s=1,
+                                                                              gates=()),))
+    template = RolloutPolicy(fallback=FallbackMode.TEMPLATE)
+    kept = without_reverted(plan, reverted_templates([reverted]), template)
+    assert kept.decisions[0].action == Action.SKIP and kept.decisions[0].reason == Reason.TEMPLATE_REVERTED
+    # Two reverts is not enough to give up, and evictions are not concerned.
+    twice = rollout(replace(entry("deployment-web", 0), action="template", state=EntryState.SKIPPED, attempts=2))
+    assert without_reverted(plan, reverted_templates([twice]), template).decisions[0].action == Action.FALLBACK
+    assert without_reverted(plan, reverted_templates([reverted]), RolloutPolicy()).decisions[0].action == \
+        Action.FALLBACK
 
 
 def test_fallback_batches_respect_the_disruption_budget() -> None:
@@ -103,3 +122,11 @@ def test_fallback_batches_respect_the_disruption_budget() -> None:
     template, t_entries = fallback_entries(decisions, "p1", RolloutPolicy(fallback=FallbackMode.TEMPLATE),
                                            {WORK: 4}, {WORK: 4}, first_batch=0)
     assert len(template) == 1 and [e.pod for e in t_entries] == ["deployment-web"]  # one patch per workload
+
+
+def test_a_retry_after_longer_than_the_back_off_is_honoured() -> None:
+    r, _ = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
+    # API Priority and Fairness: 429 with Retry-After 16 s beats the first back-off of 10 s.
+    r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW, error="429 Too Many Requests",
+                       retry_after_s=16.0)
+    assert r.entries[0].state == EntryState.BLOCKED and r.entries[0].not_before_s == NOW + 16

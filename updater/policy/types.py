@@ -232,6 +232,7 @@ class Reason(enum.StrEnum):
     AWAITING_APPROVAL = "awaiting-restart-approval"
     SINGLE_REPLICA = "single-replica-not-evicted"
     DO_NOT_DISRUPT = "do-not-disrupt"
+    TEMPLATE_REVERTED = "template-reverted-by-another-manager"
     NO_CONTROLLER = "no-controller-not-evicted"
     IN_PROGRESS_TIMEOUT = "in-progress-timeout"
     POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"

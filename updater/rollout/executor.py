@@ -15,11 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from recommender.kube.errors import KubeError
+from recommender.kube.errors import KubeError, TemporaryKubeError
 from updater.observe import PodObservation
 from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
 from updater.rollout import machine
-from updater.rollout.fallback import fallback_entries, infeasible_uids, with_history
+from updater.rollout.fallback import (
+    fallback_entries,
+    infeasible_uids,
+    mark_infeasible,
+    reverted_templates,
+    without_reverted,
+)
 from updater.rollout.journal import (
     BatchRecord,
     ContainerValues,
@@ -143,14 +149,15 @@ class Executor:
         """One plan per policy, over the pods that policy covers (``policy(snapshot)`` groups them); pods whose
         in-place resize a journal found Infeasible go to the fallback."""
         snap = self.read()
-        known = infeasible_uids(rollouts if rollouts is not None else self.store.list())
+        journals = rollouts if rollouts is not None else self.store.list()
+        known, reverted = infeasible_uids(journals), reverted_templates(journals)
         plans = []
         for policy, pods in self.policy_of(snap):
             raw = self.planner(
-                pods=pods, targets=snap.targets, hpas=snap.hpas, limit_ranges=snap.limit_ranges, nodes=snap.nodes,
-                policy=policy, now_s=now_s, approvals=snap.approvals,
-                pod_level_resize_supported=snap.pod_level_resize_supported)
-            plans.append((policy, with_history(raw, known, policy)))
+                pods=mark_infeasible(pods, known), targets=snap.targets, hpas=snap.hpas,
+                limit_ranges=snap.limit_ranges, nodes=snap.nodes, policy=policy, now_s=now_s,
+                approvals=snap.approvals, pod_level_resize_supported=snap.pod_level_resize_supported)
+            plans.append((policy, without_reverted(raw, reverted, policy)))
         return snap, plans
 
     def run_pass(self, now_s: float) -> PassResult:
@@ -276,8 +283,10 @@ class Executor:
 
     def _settle_resize(self, r: Rollout, rz: machine.Resize, outcome: int | Exception | None,
                        now_s: float) -> tuple[Rollout, int]:
-        if outcome is None or isinstance(outcome, Conflict):
-            return r, 0  # the pod moved on (or is unknown): the next pass re-reads it and resumes from its spec
+        if outcome is None or isinstance(outcome, Conflict | TemporaryKubeError):
+            # The pod moved on, or the API server said "not now" (429, 5xx, timeout): the entry stays Applying
+            # and the next pass re-reads the pod and resumes from its spec.
+            return r, 0
         if isinstance(outcome, Exception):
             log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(outcome)})
             return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s,
@@ -299,7 +308,8 @@ class Executor:
             self.writes += 1
         except KubeError as err:
             log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
-            return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err)), 0
+            return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err),
+                                  retry_after_s=err.retry_after_s), 0
         return machine.settle(r, fx.key, purpose, ok=True, generation=None, now_s=now_s), 1
 
     def _save(self, r: Rollout) -> Rollout:
@@ -311,6 +321,9 @@ class Executor:
             o = (obs or {}).get(f"{ev.namespace}/{ev.pod}")
             self.recorder.record(namespace=ev.namespace, kind="Pod", name=ev.pod, uid=o.uid if o else "",
                                  reason=ev.reason, message=ev.message, warning=ev.warning)
+        elif ev.kind and ev.name:  # about a workload: where its owners look
+            self.recorder.record(namespace=ev.namespace, kind=ev.kind, name=ev.name, uid="", reason=ev.reason,
+                                 message=ev.message, warning=ev.warning)
         else:
             self.recorder.record(namespace="", kind="ResizeRollout", name=r.name, uid="", reason=ev.reason,
                                  message=ev.message, warning=ev.warning)

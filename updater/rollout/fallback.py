@@ -1,10 +1,12 @@
 """Fallback planning (pure): which pods are replaced instead of resized, in which batches, journaled how.
 
-Owns two decisions on top of the planner's: a pod whose in-place resize was found Infeasible in an earlier
-rollout goes to the fallback instead of being tried in place again (VPA #10093 cached such verdicts in
-memory and lost them on restart; ours live in the journal), and the fallback batches: per workload at most
-the disruption budget at a time (at least one pod), after the pool's in-place batches, baked like its last
-canary step. ``evict`` journals one entry per pod; ``template`` one per workload (its controller rolls them).
+Owns what the journals remember for the planner: a pod whose in-place resize was found Infeasible in an
+earlier rollout is presented as Infeasible again, so it goes through the planner's fallback rules instead of
+being tried in place again (VPA #10093 cached such verdicts in memory and lost them on restart; ours live in
+the journal), and a workload whose template GitOps kept reverting is left alone. Also the fallback batches:
+per workload at most the disruption budget at a time (at least one pod), after the pool's in-place batches,
+baked like its last canary step. ``evict`` journals one entry per pod; ``template`` one per workload (its
+controller rolls them).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from updater.policy.types import Action, FallbackMode, Plan, PodDecision, Reason, RolloutPolicy
+from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, Reason, RolloutPolicy
 from updater.rollout.journal import EVICT, TEMPLATE, BatchRecord, ContainerValues, Entry, EntryState, Rollout
 
 Workload = tuple[str, str, str]
@@ -26,21 +28,33 @@ def infeasible_uids(rollouts: Sequence[Rollout]) -> dict[str, str]:
             if e.state == EntryState.INFEASIBLE and e.action == "resize"}
 
 
-def with_history(plan: Plan, infeasible: Mapping[str, str], policy: RolloutPolicy) -> Plan:
-    """Turn in-place decisions for pods known to be infeasible into fallbacks (or skips when disabled)."""
-    moved: set[str] = set()
-    decisions: list[PodDecision] = []
-    for d in plan.decisions:
-        if d.action in (Action.RESIZE_ONLINE, Action.RESIZE_RESTART) and d.uid in infeasible:
-            moved.add(d.key)
-            action = Action.SKIP if policy.fallback == FallbackMode.NONE else Action.FALLBACK
-            d = replace(d, action=action, reason=Reason.INFEASIBLE,
-                        message=f"in place was infeasible earlier ({infeasible[d.uid][:200]})"
-                                + ("; fallback disabled" if action == Action.SKIP else ""))
-        decisions.append(d)
-    batches = tuple(b for b in (replace(b, pods=tuple(p for p in b.pods if p not in moved)) for b in plan.batches)
-                    if b.pods)
-    return replace(plan, decisions=tuple(decisions), batches=batches)
+def mark_infeasible(pods: Sequence[PodView], infeasible: Mapping[str, str]) -> list[PodView]:
+    """Present pods whose in-place resize a journal found Infeasible as the kubelet would: PodResizePending
+    Infeasible. The planner then applies every fallback rule to them (budget, single replica, do-not-disrupt,
+    InPlace mode, fallback disabled) exactly as for a verdict it sees live."""
+    return [replace(p, resize_pending="Infeasible") if p.uid in infeasible and p.resize_pending is None else p
+            for p in pods]
+
+
+def reverted_templates(rollouts: Sequence[Rollout]) -> set[Workload]:
+    """Workloads whose template another field manager put back MAX_TEMPLATE_REVERTS times: left alone."""
+    from updater.rollout.machine import MAX_TEMPLATE_REVERTS
+
+    return {e.workload for r in rollouts for e in r.entries
+            if e.action == TEMPLATE and e.state == EntryState.SKIPPED and e.attempts >= MAX_TEMPLATE_REVERTS}
+
+
+def without_reverted(plan: Plan, reverted: set[Workload], policy: RolloutPolicy) -> Plan:
+    """Template fallbacks for workloads whose owner (GitOps) kept reverting us become skips: never fight."""
+    if policy.fallback != FallbackMode.TEMPLATE or not reverted:
+        return plan
+    decisions = tuple(
+        replace(d, action=Action.SKIP, reason=Reason.TEMPLATE_REVERTED,
+                message="its template was reverted by another field manager: not patched again until that stops "
+                        "(delete the old ResizeRollout to try again)")
+        if d.action == Action.FALLBACK and (d.namespace, d.workload_kind, d.workload_name) in reverted else d
+        for d in plan.decisions)
+    return replace(plan, decisions=decisions)
 
 
 def _values(d: PodDecision, new: bool) -> tuple[ContainerValues, ...]:

@@ -52,6 +52,9 @@ class Event:
     reason: str
     message: str
     warning: bool = False
+    kind: str = ""
+    """With ``name``: the Event is about this workload (recorded on it, in its namespace)."""
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,10 +274,12 @@ def _verify_fallback(entry: Entry, work: WorkloadObservation | None) -> tuple[En
     if reverts >= MAX_TEMPLATE_REVERTS:
         msg = f"template reverted by another field manager {reverts} times: stopped, not fighting it"
         return replace(entry, state=EntryState.SKIPPED, attempts=reverts, message=msg), [Event(
-            namespace=entry.namespace, pod=None, reason="TemplateReverted", message=msg, warning=True)]
+            namespace=entry.namespace, pod=None, reason="TemplateReverted", message=msg, warning=True,
+            kind=entry.workload_kind, name=entry.workload_name)]
     msg = f"template reverted by another field manager ({reverts}); patching again"
     return replace(entry, state=EntryState.PLANNED, attempts=reverts, message=msg), [Event(
-        namespace=entry.namespace, pod=None, reason="TemplateReverted", message=msg, warning=True)]
+        namespace=entry.namespace, pod=None, reason="TemplateReverted", message=msg, warning=True,
+        kind=entry.workload_kind, name=entry.workload_name)]
 
 
 def _verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation], now_s: float,
@@ -400,14 +405,14 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
 
 
 def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | None, now_s: float,
-           error: str = "") -> Rollout:
+           error: str = "", retry_after_s: float = 0.0) -> Rollout:
     """Record the outcome of a performed Resize effect."""
     entry = next(e for e in r.entries if e.key == key)
     if purpose == "evict":
         if ok:
             new = replace(entry, state=EntryState.EVICTED, applied_s=now_s)
-        elif "429" in error:
-            wait = min(10.0 * 2 ** entry.attempts, 300.0)
+        elif "429" in error:  # a disruption budget says not now, or API Priority and Fairness (Retry-After)
+            wait = max(min(10.0 * 2 ** entry.attempts, 300.0), retry_after_s)
             new = replace(entry, state=EntryState.BLOCKED, attempts=entry.attempts + 1, not_before_s=now_s + wait,
                           message=f"eviction refused for now (disruption budget); retry in {wait:.0f}s")
         else:

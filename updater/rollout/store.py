@@ -141,6 +141,10 @@ class PodResizer:
         return int(json.loads(out.data)["metadata"]["generation"])
 
 
+_API_VERSIONS = {"Pod": "v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1",
+                 "ReplicaSet": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1"}
+
+
 class EventRecorder:
     def __init__(self, api_client: client.ApiClient, component: str = "podtailor-updater") -> None:
         self.core: Any = client.CoreV1Api(api_client)
@@ -152,7 +156,7 @@ class EventRecorder:
         ns = namespace or "default"
         body = {"metadata": {"generateName": f"{name[:200]}.", "namespace": ns},
                 "involvedObject": {"kind": kind, "name": name, "namespace": namespace or None, "uid": uid or None,
-                                   "apiVersion": "v1" if kind == "Pod" else f"{GROUP}/{VERSION}"},
+                                   "apiVersion": _API_VERSIONS.get(kind, f"{GROUP}/{VERSION}")},
                 "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
                 "source": {"component": self.component}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
                 "reportingComponent": self.component, "reportingInstance": self.component}
