@@ -13,6 +13,7 @@ help:
 	@echo "make bench  - run the benchmarks and write tests/benchmarks/RESULTS.md"
 	@echo "make lint   - ruff and mypy only"
 	@echo "make unit   - unit tests only (no servers)"
+	@echo "make soak   - recommender and updater for minutes on a fast clock, faults, then a journal audit"
 
 setup:
 	@bash scripts/setup.sh
@@ -37,6 +38,9 @@ demo-down:
 
 bench: setup
 	$(PY) -m tests.benchmarks
+
+soak: setup
+	$(PY) -m tests.soak --minutes 5
 
 clean:
 	rm -rf .cluster .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Soak run of recommender and updater together on the local cluster: ``python -m tests.soak --minutes 5``."""

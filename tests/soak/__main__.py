@@ -1,0 +1,283 @@
+"""Soak: recommender and updater in-process for minutes over ~300 simulated pods, with faults, then an audit.
+
+Owns one long run on a private local cluster (``tests.harness``) and node simulator on a fast clock: three
+pools of nodes, Deployments with VPAs (seeded targets, then the real ``RecommenderEngine`` reading the real
+Prometheus), one ResizePolicy, the real ``Executor`` every second. Faults on a schedule: memory usage grown
+past the limit on a few pods (OOM), a node's kubelet lost for a while (``set_heartbeat``), Prometheus stopped
+and started, targets moved up and down. At the end the audit compares every journal entry with the pods:
+the last settled entry of each live pod (same uid) holds its "after" values (Verified) or "before" values
+(Reverted) in spec and status, and each pod's generation equals 1 + the resizes the journal says were sent.
+Exit 0 when the audit passes, 1 otherwise; the summary is printed as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from prometheus_client import CollectorRegistry
+
+from recommender.engine import EngineConfig, RecommenderEngine
+from recommender.kube.cluster import KubeAdapter
+from recommender.metrics import RecommenderMetrics
+from recommender.model.registry import get_strategy
+from recommender.sources.config import PrometheusConfig
+from recommender.sources.prometheus import PrometheusSource
+from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from tests.drills._rollout_scenario import sent_exactly
+from tests.harness.cluster import REPO_ROOT, LocalCluster
+from tests.harness.prometheus import LocalPrometheus
+from tests.nodesim.kubelet import NodeSimulator, SimConfig
+from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
+from tests.nodesim.usage import Constant
+from updater.kube.snapshot import ClusterReader
+from updater.policy.planner import plan
+from updater.rollout.executor import Executor
+from updater.rollout.grouping import group_by_policy
+from updater.rollout.journal import TERMINAL, ContainerValues, EntryState, Phase
+from updater.rollout.store import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+
+NS = "soak"
+POOL_KEY = POOL_LABEL_KEYS["podtailor"]
+Mi = 2**20
+
+
+def _install_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((REPO_ROOT / "manifests" / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        ext.create_custom_resource_definition(body)
+        name = body["metadata"]["name"]
+        deadline = time.monotonic() + 30
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in ext.read_custom_resource_definition(name).status.conditions or []):
+            if time.monotonic() > deadline:
+                raise TimeoutError(name)
+            time.sleep(0.2)
+
+
+def _workloads(api: client.ApiClient, pools: list[str], per_pool: int, replicas: int) -> list[str]:
+    apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+    names = []
+    for pool in pools:
+        for i in range(per_pool):
+            name = f"{pool}-w{i}"
+            names.append(name)
+            usage = json.dumps({"kind": "constant", "cpu_cores": 0.1, "memory_bytes": 150 * Mi})
+            apps.create_namespaced_deployment(NS, {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name}, "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name},
+                                          "annotations": {"nodesim.podtailor.io/usage": usage}},
+                             "spec": {"nodeSelector": {POOL_KEY: pool}, "terminationGracePeriodSeconds": 1,
+                                      "containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                                      "resources": {"requests": {"cpu": "500m", "memory": "256Mi"},
+                                                                    "limits": {"cpu": "1", "memory": "512Mi"}}}]}}}})
+            custom.create_namespaced_custom_object("autoscaling.k8s.io", "v1", NS, "verticalpodautoscalers", {
+                "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": name},
+                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                         "updatePolicy": {"updateMode": "InPlaceOrRecreate"}, "recommenders": [{"name": "podtailor"}],
+                         "resourcePolicy": {"containerPolicies": [{
+                             "containerName": "app", "minAllowed": {"cpu": "100m", "memory": "128Mi"},
+                             "maxAllowed": {"cpu": "2", "memory": "1Gi"}}]}}})
+    return names
+
+
+def _set_target(api: client.ApiClient, name: str, cpu: str, memory: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    obj = custom.get_namespaced_custom_object("autoscaling.k8s.io", "v1", NS, "verticalpodautoscalers", name)
+    t = {"cpu": cpu, "memory": memory}
+    obj["status"] = {"recommendation": {"containerRecommendations": [{
+        "containerName": "app", "target": t, "lowerBound": t, "upperBound": t, "uncappedTarget": t}]},
+        "conditions": [{"type": "RecommendationProvided", "status": "True",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    custom.replace_namespaced_custom_object_status("autoscaling.k8s.io", "v1", NS, "verticalpodautoscalers", name, obj)
+
+
+def _values(c: ContainerValues) -> tuple[Any, ...]:
+    return (c.requests.cpu_millicores, c.requests.memory_bytes, c.limits.cpu_millicores, c.limits.memory_bytes)
+
+
+def _pod_values(res: Any) -> tuple[Any, ...]:
+    req, lim = dict(res.requests or {}), dict(res.limits or {})
+    return (parse_cpu_millicores(req["cpu"]), parse_memory_bytes(req["memory"]),
+            parse_cpu_millicores(lim["cpu"]), parse_memory_bytes(lim["memory"]))
+
+
+def audit(api: client.ApiClient, store: RolloutStore) -> tuple[list[str], dict[str, Any]]:
+    rollouts = sorted(store.list(), key=lambda r: r.name)
+    pods = {p.metadata.uid: p for p in client.CoreV1Api(api).list_namespaced_pod(NS).items
+            if not p.metadata.deletion_timestamp}
+    problems: list[str] = []
+    sent: Counter[str] = Counter()
+    last: dict[str, Any] = {}
+    for r in rollouts:
+        if r.phase not in TERMINAL and r.phase != Phase.HALTED:
+            problems.append(f"{r.name} still {r.phase.value}")
+        for e in r.entries:
+            if e.action != "resize":
+                continue
+            n = sent_exactly(e.state, e.generation)
+            if n is None:
+                problems.append(f"{r.name}: {e.key} not settled ({e.state.value})")
+                continue
+            sent[e.uid] += n
+            if n:
+                last[e.uid] = e
+    checked = 0
+    for uid, e in last.items():
+        pod = pods.get(uid)
+        if pod is None:
+            continue
+        want = {EntryState.VERIFIED: e.after, EntryState.REVERTED: e.before,
+                EntryState.INFEASIBLE: e.before}.get(e.state)
+        if want is not None:
+            [v] = want
+            spec = _pod_values(pod.spec.containers[0].resources)
+            status = _pod_values(pod.status.container_statuses[0].resources)
+            if spec != _values(v) or status != _values(v):
+                problems.append(f"{e.key} ({e.state.value}): spec {spec} status {status} journal {_values(v)}")
+        if pod.metadata.generation != 1 + sent[uid]:
+            problems.append(f"{e.key}: generation {pod.metadata.generation}, journal says {1 + sent[uid]}")
+        checked += 1
+    untouched = [p for uid, p in pods.items() if uid not in sent and p.metadata.generation != 1]
+    problems += [f"{p.metadata.name}: generation {p.metadata.generation} but no journal entry" for p in untouched]
+    states = Counter(e.state.value for r in rollouts for e in r.entries)
+    return problems, {"rollouts": len(rollouts), "phases": dict(Counter(r.phase.value for r in rollouts)),
+                      "entries": dict(states), "pods_live": len(pods), "pods_audited": checked}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--pods", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="podtailor-soak-"))
+    cluster = LocalCluster(work / "cluster")
+    state = cluster.start()
+    sim = prom = None
+    counts: Counter[str] = Counter()
+    try:
+        api = config.new_client_from_config(config_file=state.kubeconfig)
+        _install_crds(api)
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": NS}})
+        while True:
+            try:
+                core.read_namespaced_service_account("default", NS)
+                break
+            except client.ApiException:
+                time.sleep(0.2)
+        pools = ["p0", "p1", "p2"]
+        sim = NodeSimulator(api, SimConfig(pools=tuple(NodePool(name=p, count=4, cpu_millicores=16000,
+                                                                memory_bytes=64 * 2**30) for p in pools),
+                                           name_prefix="soak", clock_speed=60.0, tick_s=1.0, crash_backoff_s=1.0,
+                                           metrics_port=0)).start()
+        prom = LocalPrometheus(work / "prometheus", targets=[f"127.0.0.1:{sim.metrics_port}"], scrape_interval_s=2.0)
+        prom.start()
+        per_pool, replicas = 5, max(1, args.pods // 15)
+        names = _workloads(api, pools, per_pool, replicas)
+        for n in names:
+            _set_target(api, n, rng.choice(["300m", "400m", "600m"]), rng.choice(["200Mi", "256Mi", "320Mi"]))
+        custom = client.CustomObjectsApi(api)
+        custom.create_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", {
+            "apiVersion": "podtailor.io/v1alpha1", "kind": "ResizePolicy", "metadata": {"name": "soak"},
+            "spec": {"namespaces": [NS], "steps": [{"fraction": 0, "bake": "5s"}, {"fraction": 0.25, "bake": "5s"},
+                                                    {"fraction": 1, "bake": "2s"}],
+                     "minPodAge": "0s", "changeThreshold": 0.05, "deferredTimeout": "10s"}})
+        reader, store = ClusterReader(api), RolloutStore(api)
+        executor = Executor(read=lambda: reader.read(policy_pool_label=POOL_KEY, namespaces=(NS,)), planner=plan,
+                            store=store, resizer=PodResizer(api), recorder=EventRecorder(api),
+                            policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api))
+        registry = CollectorRegistry()
+        source = PrometheusSource(PrometheusConfig(url=prom.url, step_s=60, scrape_interval_s=2, retries=0,
+                                                   timeout_s=10), registry=registry)
+        engine = RecommenderEngine(store=KubeAdapter(api), source=source, strategy=get_strategy("podtailor"),
+                                   config=EngineConfig(namespaces=(NS,), history_s=3600, read_lag_s=10),
+                                   metrics=RecommenderMetrics(registry))
+        total = args.minutes * 60
+        t0 = time.monotonic()
+        lost: str | None = None
+        prom_down = False
+        next_rec, next_fault = t0, t0 + 20
+        while (elapsed := time.monotonic() - t0) < total:
+            try:
+                counts["resizes"] += executor.run_pass(time.time()).resized
+                counts["updater_passes"] += 1
+            except Exception as err:  # the run loop's one broad catch
+                counts["updater_passes_failed"] += 1
+                print(f"[{elapsed:5.0f}s] updater pass failed: {err}", file=sys.stderr)
+            if time.monotonic() >= next_rec:
+                try:
+                    counts["recommender_written"] += engine.run_pass(time.time()).written
+                    counts["recommender_passes"] += 1
+                except Exception as err:
+                    counts["recommender_passes_failed"] += 1
+                    print(f"[{elapsed:5.0f}s] recommender pass failed: {err}", file=sys.stderr)
+                next_rec = time.monotonic() + 15
+            if time.monotonic() >= next_fault:
+                fault = rng.choice(["oom", "node", "prometheus", "targets"])
+                pods = core.list_namespaced_pod(NS).items
+                if fault == "oom" and pods:
+                    for p in rng.sample(pods, 3):
+                        sim.set_usage(NS, p.metadata.name, "app", Constant(cpu_cores=0.1, memory_bytes=600 * Mi))
+                elif fault == "node":
+                    if lost:
+                        sim.set_heartbeat(lost, True)
+                    lost = rng.choice(sim.node_names())
+                    sim.set_heartbeat(lost, False)
+                elif fault == "prometheus":
+                    if prom_down:
+                        prom.start()
+                    else:
+                        prom.stop()
+                    prom_down = not prom_down
+                else:
+                    for n in rng.sample(names, 3):
+                        _set_target(api, n, rng.choice(["250m", "450m", "700m"]), rng.choice(["200Mi", "300Mi"]))
+                counts[f"fault_{fault}"] += 1
+                print(f"[{elapsed:5.0f}s] fault {fault}", file=sys.stderr)
+                next_fault = time.monotonic() + rng.uniform(15, 30)
+            time.sleep(1.0)
+        # Faults end; the updater settles what is open (halted pools stay halted: that is a valid end state).
+        if lost:
+            sim.set_heartbeat(lost, True)
+        if prom_down:
+            prom.start()
+        settle_until = time.monotonic() + 120
+        while time.monotonic() < settle_until:
+            try:
+                executor.run_pass(time.time())
+            except Exception:
+                counts["updater_passes_failed"] += 1
+            if all(r.phase in TERMINAL or r.phase == Phase.HALTED for r in store.list()):
+                break
+            time.sleep(1.0)
+        time.sleep(3)
+        problems, summary = audit(api, store)
+        summary.update(counts=dict(counts), minutes=args.minutes, audit_problems=len(problems),
+                       audit="passed" if not problems else "FAILED")
+        for p in problems[:50]:
+            print(f"audit: {p}")
+        print(json.dumps(summary, indent=2))
+        return 0 if not problems else 1
+    finally:
+        if sim is not None:
+            sim.stop()
+        if prom is not None:
+            prom.stop()
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
