@@ -8,10 +8,13 @@ multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least request 
 Memory: the statistic of the OOM-tolerance class (p98 of peaks, max peak over 8 days, or max(p60, 0.5 max))
 x (1 + margin), floored by recent OOM bumps capped at maxAllowed (the bump never enters the histogram,
 so a cap cannot feed itself: VPA #9521). With thin history
-(c below ``thin_history_days``) a request is never lowered below the current one. Hysteresis: a resource
-keeps its current request and limit while its target stays within (-``resize_down_fraction``,
-+``resize_up_fraction``] of the current request, so noise does not resize it. Parameters and state live
-in ``podtailor_state.py``.
+(c below ``thin_history_days``) a request is never lowered below the current one. Resizes: a resource
+"moves" when its target leaves the band [1 - ``resize_down_fraction``, 1 + ``resize_up_fraction``] x the current
+request (hysteresis, so noise does not resize it); a decrease also waits ``resize_down_dwell_s`` after the last
+observed change of the applied values (the state notes them on every call; increases never wait). When one
+resource moves, the other takes its fresh target in the same update (``coordinate_resizes``: one pod update
+either way); when neither moves, both keep their current request and limit. Parameters and state live in
+``podtailor_state.py``.
 """
 
 from __future__ import annotations
@@ -117,15 +120,43 @@ class PodtailorStrategy:
             return est, ()
         return replace(est, target=current, upper=max(est.upper, current)), (f"{name}: low confidence: no decrease",)
 
-    def _hold(self, est: ResourceEstimate | None, request: float | None,
-              limit: float | None) -> ResourceEstimate | None:
-        """Hysteresis: keep the current request and limit while the target stays inside the resize band."""
+    def _moves(self, est: ResourceEstimate | None, request: float | None, may_lower: bool) -> bool:
+        """Whether this resource's target left its resize band (or it has no request yet)."""
+        if est is None:
+            return False
+        if request is None or request <= 0:
+            return True
+        ratio = est.target / request
+        return ratio > 1.0 + self.params.resize_up_fraction or (
+            may_lower and ratio < 1.0 - self.params.resize_down_fraction)
+
+    @staticmethod
+    def _held(est: ResourceEstimate | None, request: float | None, limit: float | None) -> ResourceEstimate | None:
+        """The estimate with the current request and limit kept."""
         if est is None or request is None or request <= 0:
             return est
-        ratio = est.target / request
-        if 1.0 - self.params.resize_down_fraction <= ratio <= 1.0 + self.params.resize_up_fraction:
-            return replace(est, target=request, limit=limit if est.limit is not None else None)
-        return est
+        return replace(est, target=request, limit=limit if est.limit is not None else None)
+
+    def _resize(self, state: PodtailorState, now_s: float, current: CurrentResources,
+                cpu: ResourceEstimate | None,
+                memory: ResourceEstimate | None) -> tuple[ResourceEstimate | None, ResourceEstimate | None]:
+        """Hysteresis, dwell time and coordination (module docstring): which targets go out, which are held."""
+        prm = self.params
+        req, lim = current.requests, current.limits
+        since = state.note_applied([req.cpu_millicores, lim.cpu_millicores, req.memory_bytes, lim.memory_bytes],
+                                   now_s)
+        may_lower = since is None or now_s - since >= prm.resize_down_dwell_s
+        cur_cpu = None if req.cpu_millicores is None else req.cpu_millicores / 1000.0
+        cur_mem = None if req.memory_bytes is None else float(req.memory_bytes)
+        move_cpu = self._moves(cpu, cur_cpu, may_lower)
+        move_mem = self._moves(memory, cur_mem, may_lower)
+        if prm.coordinate_resizes and (move_cpu or move_mem):
+            return cpu, memory
+        if not move_cpu:
+            cpu = self._held(cpu, cur_cpu, None if lim.cpu_millicores is None else lim.cpu_millicores / 1000.0)
+        if not move_mem:
+            memory = self._held(memory, cur_mem, None if lim.memory_bytes is None else float(lim.memory_bytes))
+        return cpu, memory
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
                   current: CurrentResources) -> Recommendation:
@@ -143,10 +174,7 @@ class PodtailorStrategy:
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
         cur_mem = current.requests.memory_bytes
         memory, r_mem = self._no_decrease("memory", memory, c_mem, None if cur_mem is None else float(cur_mem))
-        cpu = self._hold(cpu, None if cur_cpu is None else cur_cpu / 1000.0,
-                         None if current.limits.cpu_millicores is None else current.limits.cpu_millicores / 1000.0)
-        memory = self._hold(memory, None if cur_mem is None else float(cur_mem),
-                            None if current.limits.memory_bytes is None else float(current.limits.memory_bytes))
+        cpu, memory = self._resize(state, now_s, current, cpu, memory)
         missing = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
         known = [c for c, e in ((c_cpu, cpu), (c_mem, memory)) if e is not None]
         confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)

@@ -166,3 +166,37 @@ def test_cpu_limit_rules_keep_qos() -> None:
 def test_invalid_parameter_values_are_rejected() -> None:
     with pytest.raises(ValueError):
         get_strategy("podtailor", memory_oom_tolerance="reckless")
+
+
+def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
+    strategy = get_strategy("podtailor")
+    state = strategy.new_state()
+    state.add(hourly(48, 0.1, 1e8))
+    before = CurrentResources(requests=Resources(cpu_millicores=300, memory_bytes=GIB))
+    after = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=GIB))
+    policy = ContainerPolicy()
+    strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=policy, current=before)  # first sight: time unknown
+    strategy.recommend(state, now_s=NOW - HOUR, policy=policy, current=after)  # the applied values changed
+    # One hour after the change, 1 h < the 12 h dwell: the 500m / 1 GiB requests stay although the targets
+    # (about 113m and 115 MiB) are far below them.
+    held = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
+    assert held.target == Resources(cpu_millicores=500, memory_bytes=GIB)
+    # Thirteen hours after it the decrease goes out.
+    later = strategy.recommend(state, now_s=NOW + 12 * HOUR, policy=policy, current=after)
+    assert later.target.cpu_millicores is not None and later.target.cpu_millicores < 200
+    # Increases are never delayed: the same history against a 50m request rises at once.
+    low = CurrentResources(requests=Resources(cpu_millicores=50, memory_bytes=GIB))
+    strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
+    rise = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
+    assert rise.target.cpu_millicores is not None and rise.target.cpu_millicores > 100
+
+
+def test_resizes_are_coordinated() -> None:
+    data = hourly(48, 1.0, 1e8)  # CPU target about 1.1 cores; memory target 1e8 x 1.15 = 115e6
+    # CPU must rise (500m -> ~1.1 cores); memory (125e6) sits inside its band (target/request = 0.92 > 0.8).
+    current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=125_000_000))
+    both = run(get_strategy("podtailor"), data, current=current)
+    # Coordinated: the resize happens anyway, so memory takes its fresh target in the same update.
+    assert both.target.memory_bytes == 115_000_000 and (both.target.cpu_millicores or 0) >= 1100
+    alone = run(get_strategy("podtailor", coordinate_resizes=False), data, current=current)
+    assert alone.target.memory_bytes == 125_000_000 and (alone.target.cpu_millicores or 0) >= 1100
