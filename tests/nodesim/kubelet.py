@@ -455,6 +455,16 @@ class NodeSimulator:
 
     # -- time ------------------------------------------------------------------------------------------
     def _tick_loop(self) -> None:
+        """The simulated kubelets' clock. Like a kubelet through an API outage, it never dies: a failing step
+        is logged and retried on the next tick."""
+        while not self.stopping.is_set():
+            try:
+                self._ticks()
+            except Exception as err:  # the one broad catch: keep the simulated kubelets alive
+                log.warning("tick failed; continuing: %s", err)
+                self.stopping.wait(0.5)
+
+    def _ticks(self) -> None:
         last_tick = last_lease = last_status = last_retry = last_rs = time.monotonic()
         while not self.stopping.wait(0.05):
             mono = time.monotonic()
@@ -563,7 +573,8 @@ class NodeSimulator:
     def _refresh_replicasets(self) -> None:
         try:
             items = read_json(self.apps.list_replica_set_for_all_namespaces(_preload_content=False))["items"]
-        except client.ApiException:
+        except Exception as err:  # API server down or unreachable: keep the last list, try again next time
+            log.warning("replicaset list failed: %s", err)
             return
         snaps = []
         for rs in items:
