@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,8 +27,9 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def webhook(scenario: Scenario, cluster: Any) -> Iterator[None]:
-    """The real webhook (a subprocess), registered for this test's namespace only."""
+def webhook(scenario: Scenario, cluster: Any) -> Iterator[Callable[[], None]]:
+    """The real webhook (a subprocess), registered for this test's namespace only. Yields a function that waits
+    until its cache holds this test's VPA and ReplicaSet (it resyncs every second), so no eviction races it."""
     import ssl
     import urllib.request
 
@@ -61,10 +62,22 @@ def webhook(scenario: Scenario, cluster: Any) -> Iterator[None]:
         client.CoreV1Api(scenario.api).create_namespaced_pod(scenario.ns, probe, dry_run="All")
         return admissions() > before
 
+    def cached(kind: str) -> float:
+        ctx = ssl._create_unverified_context()
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=2) as r:
+            lines = r.read().decode().splitlines()
+        wanted = f'podtailor_webhook_cache_objects{{kind="{kind}"}}'
+        return sum(float(x.split()[-1]) for x in lines if x.startswith(wanted))
+
+    def synced() -> None:
+        eventually("the webhook's cache to hold the VPA and its ReplicaSet",
+                   lambda: cached("VerticalPodAutoscaler") >= 1 and cached("ReplicaSet") >= 1, timeout_s=30,
+                   interval_s=0.3)
+
     try:
         eventually("the webhook ready", ready, timeout_s=30, interval_s=0.3)
         eventually("the API server calling the webhook", called, timeout_s=30, interval_s=0.3)
-        yield
+        yield synced
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -104,16 +117,24 @@ def _grow(s: Scenario, name: str, replicas: int) -> None:
     assert all("small" in p.spec.node_name for p in s.running(name))
 
 
-def _pools(s: Scenario) -> None:
+def _small(s: Scenario) -> None:
     s.pool("small", nodes=2, cpu=2000)
+
+
+def _big(s: Scenario) -> None:
+    """Added once the pods run on the small pool, so the scheduler had no other choice for them."""
     s.pool("big", nodes=1, cpu=8000)
 
 
-def test_a_target_above_the_node_is_replaced_at_the_target_where_it_fits(scenario: Scenario, webhook: None) -> None:
+def test_a_target_above_the_node_is_replaced_at_the_target_where_it_fits(
+    scenario: Scenario, webhook: Callable[[], None]
+) -> None:
     s = scenario
-    _pools(s)
+    _small(s)
     _grow(s, "grow", 2)
+    _big(s)
     s.vpa("grow", {"cpu": "2500m", "memory": "128Mi"})
+    webhook()
     s.policy(disruptionBudget=0.5, steps=[{"fraction": 1, "bake": "1s"}])
     executor = s.executor()
     before = {p.metadata.uid for p in s.running("grow")}
@@ -130,10 +151,13 @@ def test_a_target_above_the_node_is_replaced_at_the_target_where_it_fits(scenari
         assert "big" in p.spec.node_name
 
 
-def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(scenario: Scenario, webhook: None) -> None:
+def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(
+    scenario: Scenario, webhook: Callable[[], None]
+) -> None:
     s = scenario
-    _pools(s)
+    _small(s)
     _grow(s, "held", 2)
+    _big(s)
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "held"},
            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "held"}}}}
     policy_api = client.PolicyV1Api(s.api)
@@ -141,6 +165,7 @@ def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(scenari
     eventually("the PDB observed", lambda: (st := policy_api.read_namespaced_pod_disruption_budget_status(
         "held", s.ns).status) and st.current_healthy == 2, timeout_s=30)
     s.vpa("held", {"cpu": "2500m", "memory": "128Mi"})
+    webhook()
     s.policy(disruptionBudget=0.5, steps=[{"fraction": 1, "bake": "1s"}])
     executor = s.executor()
     deadline = time.monotonic() + 25
@@ -161,7 +186,7 @@ def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(scenari
 
 def test_a_single_replica_is_left_alone_and_flagged(scenario: Scenario) -> None:
     s = scenario
-    _pools(s)
+    _small(s)
     _grow(s, "solo", 1)
     s.vpa("solo", {"cpu": "2500m", "memory": "128Mi"})
     s.policy()
@@ -172,11 +197,13 @@ def test_a_single_replica_is_left_alone_and_flagged(scenario: Scenario) -> None:
     assert d.reason.value == "single-replica-not-evicted" and d.action.value == "skip"
 
 
-def test_template_mode_rolls_the_workload(scenario: Scenario, webhook: None) -> None:
+def test_template_mode_rolls_the_workload(scenario: Scenario, webhook: Callable[[], None]) -> None:
     s = scenario
-    _pools(s)
+    _small(s)
     _grow(s, "roll", 2)
+    _big(s)
     s.vpa("roll", {"cpu": "2500m", "memory": "128Mi"})
+    webhook()
     s.policy(fallback="template", steps=[{"fraction": 1, "bake": "1s"}])
     executor = s.executor()
     s.run_until(executor, s.settled, timeout_s=120)

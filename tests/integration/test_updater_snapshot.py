@@ -183,7 +183,7 @@ def check_pods(snap: Snapshot, ns: str, pool: str, solo_pool: str, solo_node: st
     assert [(p.workload_name, p.pool, p.qos, p.priority, p.restart_policy) for p in web] == [
         ("web", pool, QoS.BURSTABLE, 0, "Always")] * 2
     pod = web[0]
-    assert pod.node.startswith(ns) and pod.ready and not pod.deleting
+    assert pod.node.startswith(f"n{ns[-6:]}-") and pod.ready and not pod.deleting  # make_sim's node names
     assert pod.generation == 1 and pod.observed_generation == 1
     assert pod.annotations == {"team": "shop"} and pod.labels["app"] == "web"
     assert abs(pod.created_s - time.time()) < 120 and pod.pod_level is None
@@ -207,7 +207,7 @@ def check_objects(snap: Snapshot, ns: str, pool: str, solo_pool: str, policy_nam
     assert snap.resize_subresource_supported and snap.pod_level_resize_supported
     assert (snap.server_version.major, snap.server_version.minor) >= (1, 37)
     assert snap.approvals == {(ns, "Deployment", "web")}
-    ours = {n.name: n for n in snap.nodes if n.name.startswith(ns)}
+    ours = {n.name: n for n in snap.nodes if n.name.startswith((ns, f"n{ns[-6:]}-"))}
     assert sorted(n.pool for n in ours.values()) == sorted([pool, pool, solo_pool])
     assert all(n.ready and not n.memory_pressure and not n.unschedulable for n in ours.values())
     big = next(n for n in ours.values() if n.pool == pool)
@@ -257,7 +257,7 @@ def check_node_conditions(sim: Any, api: client.ApiClient, ns: str, pool: str) -
     found = eventually("node conditions in the snapshot", nodes, timeout_s=20, interval_s=0.2)
     assert found[pressed].ready and not found[down].memory_pressure
     # With the policy's label key given, nodes without it have no pool (no fallback to other keys).
-    assert {n.pool for n in found.values() if n.name.startswith(ns)} == {pool, ""}
+    assert {n.pool for n in found.values() if n.name.startswith((ns, f"n{ns[-6:]}-"))} == {pool, ""}
 
 
 def check_resize_conditions(sim: Any, core: client.CoreV1Api, api: client.ApiClient, ns: str, node: str) -> None:
