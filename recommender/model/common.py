@@ -10,6 +10,9 @@ zero lower), and VPA's OOM bump max(used + 100 MiB, used x 1.2).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -67,3 +70,34 @@ def oom_bump(used_bytes: float, *, min_bump_bytes: float = 100 * MIB, ratio: flo
 
 def scale_or_none(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
+
+
+class _RestorableState(Protocol):
+    def restore_from(self, data: dict[str, Any]) -> None: ...
+
+
+P = TypeVar("P")
+S = TypeVar("S", bound=_RestorableState)
+
+
+class StrategyBase(Generic[P, S]):
+    """What every strategy does the same way: hold its parameters, make and restore its per-container state,
+    and report its parameters. Subclasses set ``name`` and ``state_type`` and add ``recommend``."""
+
+    name: str
+    state_type: Callable[[P], S]
+
+    def __init__(self, params: P) -> None:
+        self.params = params
+
+    def new_state(self) -> S:
+        return self.state_type(self.params)
+
+    def restore(self, checkpoint: dict[str, Any]) -> S:
+        state = self.new_state()
+        state.restore_from(checkpoint)
+        return state
+
+    def parameters(self) -> dict[str, Any]:
+        values: dict[str, Any] = asdict(self.params)  # type: ignore[call-overload]
+        return values

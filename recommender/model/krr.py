@@ -14,10 +14,10 @@ day; (4) the memory floor is KRR's current ``--mem-min`` 100 x 2^20 bytes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from recommender.model.common import DAY_S, MIB, validate_batch
+from recommender.model.common import DAY_S, MIB, StrategyBase, validate_batch
 from recommender.model.histogram import BucketScheme, WindowedHistogram
 from recommender.model.peaks import SlotMax, sort_samples, split_at
 from recommender.model.policy import (
@@ -137,24 +137,15 @@ class KrrState:
         self._last_memory_s = None if data["last_memory_s"] is None else float(data["last_memory_s"])
 
 
-class KrrSimpleStrategy:
+class KrrSimpleStrategy(StrategyBase[KrrParams, KrrState]):
     """robusta-dev/krr ``simple``: p95 CPU request, no CPU limit, memory = limit = max peak + 15%."""
 
     name = "krr-simple"
 
+    state_type = KrrState
+
     def __init__(self, params: KrrParams | None = None) -> None:
-        self.params = params or KrrParams()
-
-    def new_state(self) -> KrrState:
-        return KrrState(self.params)
-
-    def restore(self, checkpoint: dict[str, Any]) -> KrrState:
-        state = KrrState(self.params)
-        state.restore_from(checkpoint)
-        return state
-
-    def parameters(self) -> dict[str, Any]:
-        return asdict(self.params)
+        super().__init__(params or KrrParams())
 
     def _cpu(self, state: KrrState, now_s: float) -> tuple[ResourceEstimate | None, int]:
         window = state.cpu.window(now_s, self.params.history_duration_s)

@@ -19,10 +19,9 @@ either way); when neither moves, both keep their current request and limit. Para
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
-from typing import Any
+from dataclasses import replace
 
-from recommender.model.common import MIB, lower_multiplier, upper_multiplier
+from recommender.model.common import MIB, StrategyBase, lower_multiplier, upper_multiplier
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
 from recommender.model.policy import (
     Estimate,
@@ -42,24 +41,15 @@ def _max_opt(*values: float | None) -> float | None:
     return max(known) if known else None
 
 
-class PodtailorStrategy:
+class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
     """Our default: real-interval confidence, throttling-aware CPU, Autopilot memory classes, capped OOM bumps."""
 
     name = "podtailor"
 
+    state_type = PodtailorState
+
     def __init__(self, params: PodtailorParams | None = None) -> None:
-        self.params = params or PodtailorParams()
-
-    def new_state(self) -> PodtailorState:
-        return PodtailorState(self.params)
-
-    def restore(self, checkpoint: dict[str, Any]) -> PodtailorState:
-        state = PodtailorState(self.params)
-        state.restore_from(checkpoint)
-        return state
-
-    def parameters(self) -> dict[str, Any]:
-        return asdict(self.params)
+        super().__init__(params or PodtailorParams())
 
     def _cpu_percentile(self, state: PodtailorState, p: float) -> float | None:
         fast = state.cpu_fast.percentile(p) if self.params.cpu_fast_half_life_s > 0 else None

@@ -18,6 +18,7 @@ import numpy as np
 from recommender.model.common import (
     DAY_S,
     MIB,
+    StrategyBase,
     lower_multiplier,
     oom_bump,
     upper_multiplier,
@@ -152,21 +153,15 @@ def _estimate(hist: DecayingHistogram, params: VpaParams, c: float, floor: float
     return with_floor(est, floor)
 
 
-class VpaStrategy:
+class VpaStrategy(StrategyBase[VpaParams, VpaState]):
     """Kubernetes VPA's recommender (the baseline)."""
 
     name = "vpa"
 
+    state_type = VpaState
+
     def __init__(self, params: VpaParams | None = None) -> None:
-        self.params = params or VpaParams()
-
-    def new_state(self) -> VpaState:
-        return VpaState(self.params)
-
-    def restore(self, checkpoint: dict[str, Any]) -> VpaState:
-        state = VpaState(self.params)
-        state.restore_from(checkpoint)
-        return state
+        super().__init__(params or VpaParams())
 
     def parameters(self) -> dict[str, Any]:
         return {**asdict(self.params), "memory_peak_weight": 1.0, "cpu_buckets": VPA_CPU_BUCKETS.to_dict(),
