@@ -34,11 +34,12 @@ def webhook(scenario: Scenario, cluster: Any, tmp_path: Any) -> Iterator[Callabl
     import urllib.request
 
     port, name = free_port(), f"{scenario.ns}-hook"[:63]
+    log = (tmp_path / "webhook.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "updater", "webhook", "--kubeconfig", cluster.kubeconfig,
                              "--listen", f"127.0.0.1:{port}", "--webhook-url", f"https://127.0.0.1:{port}/mutate",
                              "--webhook-config-name", name, "--only-namespace", scenario.ns, "--resync", "1s",
                             "--log-level", "debug"],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "webhook.log").open("wb"))
+                            stdout=subprocess.DEVNULL, stderr=log)
 
     def ready() -> bool:
         try:
@@ -48,11 +49,15 @@ def webhook(scenario: Scenario, cluster: Any, tmp_path: Any) -> Iterator[Callabl
         except OSError:
             return False
 
-    def admissions() -> float:
+    def metric(prefix: str) -> float:
+        """Sum of the webhook's /metrics samples whose line starts with ``prefix``."""
         ctx = ssl._create_unverified_context()
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=2) as r:
             lines = r.read().decode().splitlines()
-        return sum(float(x.split()[-1]) for x in lines if x.startswith("podtailor_webhook_admissions_total"))
+        return sum(float(x.split()[-1]) for x in lines if x.startswith(prefix))
+
+    def admissions() -> float:
+        return metric("podtailor_webhook_admissions_total")
 
     def called() -> bool:
         """The API server loads a new webhook configuration asynchronously: ready is not enough, a dry-run pod
@@ -64,11 +69,7 @@ def webhook(scenario: Scenario, cluster: Any, tmp_path: Any) -> Iterator[Callabl
         return admissions() > before
 
     def cached(kind: str) -> float:
-        ctx = ssl._create_unverified_context()
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=2) as r:
-            lines = r.read().decode().splitlines()
-        wanted = f'podtailor_webhook_cache_objects{{kind="{kind}"}}'
-        return sum(float(x.split()[-1]) for x in lines if x.startswith(wanted))
+        return metric(f'podtailor_webhook_cache_objects{{kind="{kind}"}}')
 
     def synced() -> None:
         eventually("the webhook's cache to hold the VPA and its ReplicaSet",
@@ -82,6 +83,7 @@ def webhook(scenario: Scenario, cluster: Any, tmp_path: Any) -> Iterator[Callabl
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+        log.close()
         try:
             client.AdmissionregistrationV1Api(scenario.api).delete_mutating_webhook_configuration(name)
         except client.ApiException as err:
