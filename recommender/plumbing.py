@@ -17,6 +17,8 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from recommender.apirate import AdaptiveRate, RateConfig, install
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -40,19 +42,49 @@ def add_kube_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
                    "or the in-cluster service account)")
     g.add_argument("--context", help="kubeconfig context to use (default: the current context)")
+    g.add_argument("--kube-api-qps", type=_non_negative, default=RateConfig().qps, metavar="QPS",
+                   help="requests per second to the API server (default: %(default)s; 0: unpaced). Halved, down to "
+                   "1/s, each time API Priority and Fairness answers 429, and every request waits out its Retry-After")
+    g.add_argument("--kube-api-burst", type=_positive_int, default=RateConfig().burst, metavar="N",
+                   help="requests allowed back to back before the rate applies (default: %(default)s)")
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
 
 def kube_client(args: argparse.Namespace) -> client.ApiClient:
+    """A client for the flags' cluster, paced by ``--kube-api-qps``/``--kube-api-burst`` (see apirate)."""
     try:
         if args.kubeconfig is None and args.context is None and "KUBERNETES_SERVICE_HOST" in os.environ:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        path = str(args.kubeconfig) if args.kubeconfig else None
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=args.context)
-        return api
+            api = client.ApiClient()
+        else:
+            path = str(args.kubeconfig) if args.kubeconfig else None
+            api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=args.context)
     except (config.ConfigException, OSError) as err:
         raise UsageError(f"cannot load Kubernetes credentials: {err}") from None
+    qps = getattr(args, "kube_api_qps", RateConfig().qps)
+    burst = getattr(args, "kube_api_burst", RateConfig().burst)
+    install(api, AdaptiveRate(RateConfig(qps=qps, burst=burst, min_qps=min(1.0, qps) if qps > 0 else 1.0)))
+    return api
 
 
 def setup_logging(fmt: str, level: str) -> None:
