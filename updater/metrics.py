@@ -1,4 +1,10 @@
-"""The updater's own metrics, on an injected prometheus_client registry (no pod names as labels)."""
+"""The updater's own metrics, on an injected prometheus_client registry (no pod names as labels).
+
+Label values are bounded: ``outcome`` of a pass is ok|failed; a fallback's ``mode`` is evict|template and
+its ``outcome`` ok (the eviction or the template patch was accepted), retry (a temporary refusal, e.g. a
+PodDisruptionBudget's 429: the entry backs off and is tried again) or refused (permanent: RBAC, validation,
+no evictor or patcher configured).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ class UpdaterMetrics:
                               registry=registry)
         self.rollouts_started = Counter("podtailor_updater_rollouts_started", "Rollouts started",
                                         registry=registry)
+        self.fallbacks = Counter("podtailor_updater_fallbacks", "Fallbacks performed (pods evicted, templates "
+                                 "patched) by mode and outcome", ["mode", "outcome"], registry=registry)
         self.open_rollouts = Gauge("podtailor_updater_open_rollouts", "Rollouts not yet completed", registry=registry)
         self.last_success = Gauge("podtailor_updater_last_success_timestamp_seconds",
                                   "Unix time of the last pass that completed", registry=registry)

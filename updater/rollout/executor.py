@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from recommender.kube.errors import KubeError, TemporaryKubeError
+from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
 from updater.rollout import machine
@@ -133,7 +134,8 @@ class Executor:
     def __init__(self, *, read: Callable[[], Any], planner: Callable[..., Plan], store: Store, resizer: Resizer,
                  recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
                  timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
-                 templates: Templates | None = None, metrics: Any = None, parallelism: int = 8) -> None:
+                 templates: Templates | None = None, metrics: UpdaterMetrics | None = None,
+                 parallelism: int = 8) -> None:
         self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
         self.evictor, self.templates = evictor, templates
         self.parallelism = max(1, parallelism)
@@ -308,9 +310,15 @@ class Executor:
             self.writes += 1
         except KubeError as err:
             log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
+            self._count_fallback(purpose, "retry" if isinstance(err, TemporaryKubeError) else "refused")
             return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err),
                                   retry_after_s=err.retry_after_s), 0
+        self._count_fallback(purpose, "ok")
         return machine.settle(r, fx.key, purpose, ok=True, generation=None, now_s=now_s), 1
+
+    def _count_fallback(self, mode: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.fallbacks.labels(mode=mode, outcome=outcome).inc()
 
     def _save(self, r: Rollout) -> Rollout:
         self.writes += 1
