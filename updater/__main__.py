@@ -239,11 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    setup_logging(args.log_format, args.log_level)
     if args.command == "webhook":
         from updater.webhook.cli import run_webhook
 
         return run_webhook(args)
-    setup_logging(args.log_format, args.log_level)
     commands = {"plan": cmd_plan, "run": cmd_run, "rollback": cmd_rollback}
     try:
         return commands[args.command](args)
