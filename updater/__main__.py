@@ -170,7 +170,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                 with metrics.pass_seconds.time():
                     result = executor.run_pass(time.time())
                 metrics.passes.labels("ok").inc()
-                metrics.resizes.inc(result.resized)
                 metrics.writes.inc(result.writes)
                 metrics.rollouts_started.inc(len(result.started))
                 metrics.last_success.set_to_current_time()

@@ -669,7 +669,7 @@ def test_a_full_cycle_runs_as_the_service_accounts(
         assert [parse_cpu_millicores(p.status.container_statuses[0].resources.requests["cpu"]) for p in pods] == [
             target_cpu, target_cpu]
         assert all(p.status.container_statuses[0].restart_count == 0 for p in pods)
-        assert (sample(metrics, "podtailor_updater_resizes_total") or 0) >= 2, metrics
+        assert (sample(metrics, "podtailor_updater_resizes_total", 'outcome="ok"') or 0) >= 2, metrics
         assert client.CoordinationV1Api(api).read_namespaced_lease("podtailor-updater", NS).spec.holder_identity
         # Verification is reported once per batch, on the (cluster-scoped) rollout: its Events live in default.
         rollout_names = {r["metadata"]["name"] for r in rollouts()}

@@ -33,13 +33,34 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
             "summary": ("_sum", "_count")}
 
 
+def registry() -> CollectorRegistry:
+    reg = CollectorRegistry()
+    RecommenderMetrics(reg)
+    UpdaterMetrics(reg)
+    SourceMetrics(reg)
+    WebhookMetrics(reg)
+    return reg
+
+
 def exported() -> set[str]:
-    registry = CollectorRegistry()
-    RecommenderMetrics(registry)
-    UpdaterMetrics(registry)
-    SourceMetrics(registry)
-    WebhookMetrics(registry)
-    return {m.name + s for m in registry.collect() for s in SUFFIXES[m.type]}
+    return {m.name + s for m in registry().collect() for s in SUFFIXES[m.type]}
+
+
+SCRAPE_LABELS = {"namespace", "pod", "instance", "job"}
+"""Added by Prometheus from the scrape target (the ServiceMonitor), not by our code."""
+
+
+def label_names() -> dict[str, set[str]]:
+    """Exposed metric name -> the label names our code gives it (``le`` on histogram buckets)."""
+    out: dict[str, set[str]] = {}
+    # prometheus_client has no public accessor for a collector's label names, and a labelled metric exposes
+    # no sample before its first .labels(): read them from the collectors themselves.
+    for collector in set(registry()._collector_to_names):
+        for family in collector.describe():
+            names = set(getattr(collector, "_labelnames", ()))
+            for suffix in SUFFIXES[family.type]:
+                out[family.name + suffix] = names | ({"le"} if suffix == "_bucket" else set())
+    return out
 
 
 def dashboard() -> dict[str, Any]:
@@ -85,3 +106,25 @@ def test_the_dashboard_covers_the_metrics_the_issue_names() -> None:
     for topic in ("recommender passes", "resizes by outcome", "rollouts by pool and state", "fallbacks",
                   "backend request", "query seconds"):
         assert topic in titles, topic
+
+
+def test_every_label_a_panel_groups_by_or_shows_is_one_the_metric_has() -> None:
+    labels = label_names()
+    wrong = []
+    for p in panels():
+        for t in p["targets"]:
+            metrics = set(re.findall(r"\bpodtailor_[a-z_]+", t["expr"]))
+            have = set().union(*(labels[m] for m in metrics)) | SCRAPE_LABELS
+            used = {name.strip() for group in re.findall(r"\bby \(([^)]*)\)", t["expr"]) for name in group.split(",")}
+            used |= set(re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", "")))
+            if used - have:
+                wrong.append(f"{p['title']}: {sorted(used - have)} not on {sorted(metrics)}")
+    assert not wrong, wrong
+
+
+def test_the_label_check_sees_labels() -> None:
+    """Guards the check above against reading nothing: known label names, exactly."""
+    labels = label_names()
+    assert labels["podtailor_updater_fallbacks_total"] == {"mode", "outcome"}
+    assert labels["podtailor_updater_passes_total"] == {"outcome"}
+    assert labels["podtailor_updater_pass_seconds_bucket"] == {"le"}

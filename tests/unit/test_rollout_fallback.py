@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry
@@ -222,3 +223,34 @@ def test_every_fallback_the_executor_performs_is_counted_by_mode_and_outcome() -
     assert (count("evict", "ok"), count("evict", "retry"), count("evict", "refused")) == (1.0, 1.0, 1.0)
     assert count("template", "ok") == 1.0
     assert count("template", "retry") is None  # never touched: no series
+
+
+class _Resizer:
+    """Accepts uid-a (generation 2), answers uid-b "not now" (429), refuses uid-c (422: invalid)."""
+
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
+               values: Sequence[ContainerValues]) -> int:
+        if uid == "uid-b":
+            raise TemporaryKubeError("resize ns/b: 429 Too Many Requests", status=429)
+        if uid == "uid-c":
+            raise PermanentKubeError("resize ns/c: 422 Invalid", status=422)
+        return 2
+
+
+def test_resizes_are_counted_by_outcome_and_open_rollouts_by_pool_and_state() -> None:
+    resizing = replace(rollout(entry("a", 0), entry("b", 0), entry("c", 0), batches=1), name="r-resize", pool="p1")
+    store, registry = _Store(resizing), CollectorRegistry()
+    executor = Executor(read=_Snap, planner=lambda **kw: Plan(decisions=(), batches=()), store=store,
+                        resizer=_Resizer(), recorder=_Recorder(),
+                        policy=lambda snap: [(RolloutPolicy(name="default"), [])], metrics=UpdaterMetrics(registry))
+    executor.run_pass(NOW)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert [value("podtailor_updater_resizes_total", outcome=o) for o in ("ok", "retry", "refused")] == [1.0] * 3
+    assert value("podtailor_updater_open_rollouts", pool="p1", state="Progressing") == 1.0
+    # Once the rollout is closed, its series goes: the gauge is what is open as of the last pass.
+    store.rollouts = [replace(resizing, phase=Phase.COMPLETED)]
+    executor.run_pass(NOW + 1)
+    assert value("podtailor_updater_open_rollouts", pool="p1", state="Progressing") is None
