@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from updater import __version__
+from updater.metrics import UpdaterMetrics
 
 DESCRIPTION = """\
 Apply recommended CPU and memory to running Kubernetes pods in place, without restarting them.
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_executor(args: argparse.Namespace, registry: CollectorRegistry | None = None) -> Any:
+def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Any:
     from recommender.plumbing import UsageError as CliUsageError
     from recommender.plumbing import kube_client
     from updater.kube.snapshot import ClusterReader
@@ -100,7 +101,8 @@ def build_executor(args: argparse.Namespace, registry: CollectorRegistry | None 
     namespaces = tuple(args.namespace)
     return Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
                     planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
-                    policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api)), api
+                    policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
+                    metrics=metrics), api
 
 
 def _changes(d: Any) -> str:
@@ -151,11 +153,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from recommender.leader import start_election
     from recommender.serve import Health, make_server
-    from updater.metrics import UpdaterMetrics
-
     registry = CollectorRegistry()
-    executor, api = build_executor(args, registry)
     metrics = UpdaterMetrics(registry)
+    executor, api = build_executor(args, metrics)
     host, _, port = args.listen.rpartition(":")
     health = Health(stale_after_s=3 * args.interval + 60)
     server = make_server(host or "0.0.0.0", int(port), registry, health)
@@ -170,7 +170,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                 with metrics.pass_seconds.time():
                     result = executor.run_pass(time.time())
                 metrics.passes.labels("ok").inc()
-                metrics.resizes.inc(result.resized)
                 metrics.writes.inc(result.writes)
                 metrics.rollouts_started.inc(len(result.started))
                 metrics.last_success.set_to_current_time()
@@ -239,11 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    setup_logging(args.log_format, args.log_level)
     if args.command == "webhook":
         from updater.webhook.cli import run_webhook
 
         return run_webhook(args)
-    setup_logging(args.log_format, args.log_level)
     commands = {"plan": cmd_plan, "run": cmd_run, "rollback": cmd_rollback}
     try:
         return commands[args.command](args)

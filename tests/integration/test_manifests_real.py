@@ -3,10 +3,14 @@
 ``kustomize build`` (kustomize built from Go modules by scripts/build-kustomize.sh, cached) renders the
 base, the dry-run overlay and the optional components; every object is server-side applied (twice: the
 second apply changes nothing). Then each component authenticates with a token from the TokenRequest API,
-never admin credentials, and does its part of a cycle: the recommender recommends from Prometheus history,
-the updater plans and resizes in place under leader election, evicts (the fallback) and, once granted the
-template-fallback role in one namespace, may patch that namespace's templates; the webhook's account reads
-VPAs. SubjectAccessReviews prove each account may do what it needs and nothing listed as forbidden.
+never admin credentials, and does its part of a cycle: the recommender recommends from Prometheus history;
+the updater plans and resizes in place under leader election; the webhook server (mounted certificate,
+--no-register, as in its Deployment) is called by the API server through the installed
+MutatingWebhookConfiguration, routed to 127.0.0.1; the running updater then falls back, evicting the pods
+of a workload whose target no node of their pool can hold, and the webhook admits their replacements at
+the target. Once granted the template-fallback role in one namespace, the updater may patch that
+namespace's templates. No component's log shows a refused request. SubjectAccessReviews prove each account
+may do what it needs and nothing listed as forbidden.
 
 The test cluster has no Prometheus Operator: a minimal ServiceMonitor CRD is installed first (and removed
 afterwards) so the ServiceMonitor is applied and validated like everything else. Cluster-scoped objects
@@ -15,9 +19,11 @@ and podtailor-system are shared by the session: applied under their real names, 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -39,6 +45,8 @@ from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant
 from tests.waiting import eventually
+from updater.webhook.review import ANNOTATION
+from updater.webhook.tls import issue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
@@ -74,7 +82,7 @@ def build(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def raw(api: client.ApiClient, method: str, path: str, body: str | None = None, query: list[Any] | None = None,
+def raw(api: client.ApiClient, method: str, path: str, body: Any = None, query: list[Any] | None = None,
         content_type: str = "application/json") -> Any:
     """One request through the client's own serialization, authentication and TLS; ApiException on >= 400."""
     params = api.param_serialize(method=method, resource_path=path, query_params=query or [], body=body,
@@ -411,7 +419,13 @@ def get(url: str) -> str:
         return ""
 
 
-def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
+def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """A component as a subprocess; its (JSON) log goes to ``log``, not a pipe nobody drains while it runs."""
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=out, cwd=REPO)
+
+
+def stop(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
@@ -419,13 +433,151 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
-    return code, proc.stderr.read() if proc.stderr else ""
+    return code, log.read_text(errors="replace")[-3000:]
+
+
+def refusals(log: Path) -> list[str]:
+    """Log lines about a request the API server refused for lack of permission (classify() marks 403s)."""
+    return [line for line in log.read_text(errors="replace").splitlines()
+            if "missing RBAC permission" in line or "forbidden" in line.lower()]
+
+
+def sample(text: str, name: str, labels: str = "") -> float | None:
+    """The value of one series in a /metrics text (labels as exposed, e.g. 'mode="evict",outcome="ok"')."""
+    series = f"{name}{{{labels}}}" if labels else name
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == series]
+    return values[0] if values else None
+
+
+WEBHOOK_CONFIG = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/podtailor-webhook"
+
+
+def route_webhook(api: client.ApiClient, client_config: dict[str, Any]) -> None:
+    """Point the installed configuration's webhook at ``client_config``: in a cluster the Service and
+    cert-manager's cainjector provide it; here the webhook listens on 127.0.0.1 (no kube-proxy)."""
+    raw(api, "PATCH", WEBHOOK_CONFIG, body=[{"op": "replace", "path": "/webhooks/0/clientConfig",
+                                              "value": client_config}],
+        content_type="application/json-patch+json")
+
+
+class Webhook:
+    """`podtailor-updater webhook` as in manifests/base/webhook.yaml (mounted certificate, --no-register), with
+    the webhook's ServiceAccount token, on 127.0.0.1; the certificate is issued here, as cert-manager would."""
+
+    def __init__(self, kubeconfig: Path, tmp: Path) -> None:
+        self.port = free_port()
+        cert = issue(["127.0.0.1"], validity_s=3600, now_s=time.time())
+        (tmp / "tls.crt").write_bytes(cert.cert_pem)
+        (tmp / "tls.key").write_bytes(cert.key_pem)
+        self.ca_pem, self.log = cert.ca_pem, tmp / "webhook.log"
+        self.context = ssl.create_default_context(cadata=cert.ca_pem.decode())
+        self.proc = spawn(["updater", "webhook", "--kubeconfig", str(kubeconfig),
+                           "--listen", f"127.0.0.1:{self.port}", "--tls-cert-file", str(tmp / "tls.crt"),
+                           "--tls-key-file", str(tmp / "tls.key"), "--no-register", "--namespace", NS,
+                           "--resync", "1s", "--log-format", "json"], self.log)
+
+    def client_config(self) -> dict[str, Any]:
+        return {"url": f"https://127.0.0.1:{self.port}/mutate", "caBundle": base64.b64encode(self.ca_pem).decode()}
+
+    def get(self, path: str) -> str:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}{path}", context=self.context,
+                                        timeout=5) as resp:
+                return str(resp.read().decode())
+        except OSError:
+            return ""
+
+    def admissions(self) -> float:
+        return sum(float(line.split()[-1]) for line in self.get("/metrics").splitlines()
+                   if line.startswith("podtailor_webhook_admissions_total{"))
 
 
 def running_pods(core: client.CoreV1Api, ns: str) -> list[client.V1Pod]:
     pods = core.list_namespaced_pod(ns, label_selector="app=web").items
     return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
             and p.status.container_statuses and all(c.ready for c in p.status.container_statuses)]
+
+
+GROW_TARGET = {"cpu": "2500m", "memory": "128Mi"}
+"""Above the small pool's 2-core nodes: no in-place resize can fit, so the updater must replace the pods."""
+
+
+class Grow:
+    """The Deployment "grow": two pods on the small pool, whose target only fits the big pool."""
+
+    def __init__(self, core: client.CoreV1Api, ns: str, small: str, big: str) -> None:
+        self.core, self.ns, self.small, self.big = core, ns, small, big
+        self.originals: list[str] = []
+
+    def running(self) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(self.ns, label_selector="app=grow").items
+        return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                and p.status.container_statuses and all(c.ready for c in p.status.container_statuses)]
+
+    def pool_of(self, pod: client.V1Pod) -> str:
+        return str(self.core.read_node(pod.spec.node_name).metadata.labels[POOL_KEY])
+
+
+def grow_deployment(pools: tuple[str, str]) -> dict[str, Any]:
+    """Prefers the small pool, may use the big one (added later, so the first pods had no other choice)."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "grow"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "grow"}}, "template": {
+                "metadata": {"labels": {"app": "grow"}, "annotations": {"nodesim.podtailor.io/usage": json.dumps(
+                    {"kind": "constant", "cpu_cores": 0.3, "memory_bytes": 64 * Mi})}},
+                "spec": {"terminationGracePeriodSeconds": 1, "affinity": {"nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": POOL_KEY, "operator": "In", "values": list(pools)}]}]},
+                    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+                        "matchExpressions": [{"key": POOL_KEY, "operator": "In", "values": [pools[0]]}]}}]}},
+                    "containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                    "resources": {"requests": {"cpu": "500m", "memory": "128Mi"},
+                                                  "limits": {"cpu": "4", "memory": "256Mi"}}}]}}}}
+
+
+def fall_back_and_admit(api: client.ApiClient, ns: str, make_sim: SimFactory,
+                        recommender_api: client.ApiClient) -> Grow:
+    """Set the stage for the running updater and webhook: "grow" runs on the small pool at its template's
+    500m; its VPA gets a 2500m target in mode Initial (admission only: the updater leaves it, the webhook
+    applies it, which a dry-run pod of its ReplicaSet proves); then a big pool appears and the mode becomes
+    InPlaceOrRecreate, so the updater must evict, and the ReplicaSet's replacements are admitted at the target."""
+    core, grow = client.CoreV1Api(api), Grow(client.CoreV1Api(api), ns, f"{ns[-6:]}-s", f"{ns[-6:]}-b")
+    make_sim(NodePool(name=grow.small, count=2, cpu_millicores=2000, memory_bytes=32 * 2**30), tick_s=0.2,
+             crash_backoff_s=0.5)
+    vpa = yaml.safe_load((MANIFESTS / "samples" / "vpa.yaml").read_text())
+    vpa["metadata"] = {"name": "grow", "namespace": ns}
+    vpa["spec"]["targetRef"]["name"] = "grow"
+    vpa["spec"]["updatePolicy"]["updateMode"] = "Initial"
+    Applier(api).apply(vpa)
+    client.AppsV1Api(api).create_namespaced_deployment(ns, grow_deployment((grow.small, grow.big)))
+    first = eventually("grow running on the small pool", lambda: len(r := grow.running()) == 2 and r, timeout_s=60)
+    assert [grow.pool_of(p) for p in first] == [grow.small, grow.small]
+    # Admitted while its VPA had no target: left as the template says.
+    assert all(p.spec.containers[0].resources.requests == {"cpu": "500m", "memory": "128Mi"} for p in first)
+    grow.originals = [p.metadata.name for p in first]
+
+    # The recommender's account writes the target (the test plays the recommender: a target it chose).
+    as_recommender = client.CustomObjectsApi(recommender_api)
+    obj = as_recommender.get_namespaced_custom_object(VPA, "v1", ns, "verticalpodautoscalers", "grow")
+    obj["status"] = {"recommendation": {"containerRecommendations": [{
+        "containerName": "app", "target": GROW_TARGET, "lowerBound": GROW_TARGET, "upperBound": GROW_TARGET,
+        "uncappedTarget": GROW_TARGET}]}, "conditions": [{"type": "RecommendationProvided", "status": "True",
+                                                          "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    as_recommender.replace_namespaced_custom_object_status(VPA, "v1", ns, "verticalpodautoscalers", "grow", obj)
+    [rs] = client.AppsV1Api(api).list_namespaced_replica_set(ns, label_selector="app=grow").items
+    probe = api.sanitize_for_serialization(rs.spec.template)
+    probe["metadata"].update({"generateName": "grow-probe-", "ownerReferences": [{
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs.metadata.name, "uid": rs.metadata.uid,
+        "controller": True}]})
+    eventually("the webhook admitting a pod of grow at its target", lambda: core.create_namespaced_pod(
+        ns, probe, dry_run="All").spec.containers[0].resources.requests == GROW_TARGET, timeout_s=30, interval_s=0.5)
+    # Mode Initial: the running updater left the pods where they were.
+    assert sorted(p.metadata.name for p in grow.running()) == sorted(grow.originals)
+
+    make_sim(NodePool(name=grow.big, count=1, cpu_millicores=8000, memory_bytes=32 * 2**30), tick_s=0.2,
+             crash_backoff_s=0.5)
+    vpa["spec"]["updatePolicy"]["updateMode"] = "InPlaceOrRecreate"
+    Applier(api).apply(vpa)
+    return grow
 
 
 def test_a_full_cycle_runs_as_the_service_accounts(
@@ -464,21 +616,22 @@ def test_a_full_cycle_runs_as_the_service_accounts(
                  "minPodAge": "0s", "changeThreshold": 0.05}})
     tokens = {sa: sa_token(api, sa) for sa in NEEDS}
     kubeconfigs = {sa: sa_kubeconfig(cluster, tmp_path, sa, t) for sa, t in tokens.items()}
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    manifest_hook = by_kind(install.objs, "MutatingWebhookConfiguration")[0]["webhooks"][0]["clientConfig"]
     try:
         eventually("web pods running", lambda: len(running_pods(core, ns)) == 2, timeout_s=60)
 
         # 1. Recommend: `podtailor-recommender run` as its ServiceAccount, leading through its Lease.
-        rec = subprocess.Popen(
-            [sys.executable, "-m", "recommender", "run", "--kubeconfig", str(kubeconfigs["podtailor-recommender"]),
-             "--prometheus-url", prometheus.url, "-n", ns, "--scrape-interval", "60s", "--history", "5d",
-             "--interval", "2s", "--listen", f"127.0.0.1:{free_port()}", "--leader-election-namespace", NS,
-             "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        rec_log = tmp_path / "recommender.log"
+        rec = spawn(["recommender", "run", "--kubeconfig", str(kubeconfigs["podtailor-recommender"]),
+                     "--prometheus-url", prometheus.url, "-n", ns, "--scrape-interval", "60s", "--history", "5d",
+                     "--interval", "2s", "--listen", f"127.0.0.1:{free_port()}", "--leader-election-namespace", NS,
+                     "--log-format", "json"], rec_log)
         procs.append(rec)
         status = eventually("a recommendation in the VPA status", lambda: custom.get_namespaced_custom_object(
             VPA, "v1", ns, "verticalpodautoscalers", "web").get("status", {}).get("recommendation"), timeout_s=40)
-        code, err = stop(rec)
-        assert code == 0, err[-3000:]
+        code, err = stop(rec, rec_log)
+        assert code == 0, err
         target_cpu = parse_cpu_millicores(status["containerRecommendations"][0]["target"]["cpu"])
         assert target_cpu < 500, status
         lease = client.CoordinationV1Api(api).read_namespaced_lease("podtailor-recommender", NS)
@@ -495,57 +648,82 @@ def test_a_full_cycle_runs_as_the_service_accounts(
         assert sorted(pod for b in plan["batches"] for pod in b["pods"]) == sorted(
             f"{ns}/{p.metadata.name}" for p in running_pods(core, ns)), plan
 
-        # 3. Resize in place: `podtailor-updater run` as its ServiceAccount until the rollout completes.
-        port = free_port()
-        upd = subprocess.Popen([sys.executable, "-m", "updater", "run", *upd_args, "--interval", "1s",
-                                "--listen", f"127.0.0.1:{port}", "--leader-election-namespace", NS,
-                                "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # 3. Resize in place: `podtailor-updater run` as its ServiceAccount until the rollout completes. It keeps
+        # running (a controller) through step 4, where it falls back.
+        port, upd_log = free_port(), tmp_path / "updater.log"
+        upd = spawn(["updater", "run", *upd_args, "--interval", "1s", "--listen", f"127.0.0.1:{port}",
+                     "--leader-election-namespace", NS, "--log-format", "json"], upd_log)
         procs.append(upd)
 
-        def completed() -> bool:
-            rollouts = custom.list_cluster_custom_object(PT, "v1alpha1", "resizerollouts")["items"]
-            mine = [r for r in rollouts if r["spec"]["policy"] == policy]
+        def rollouts() -> list[dict[str, Any]]:
+            return [r for r in custom.list_cluster_custom_object(PT, "v1alpha1", "resizerollouts")["items"]
+                    if r["spec"]["policy"] == policy]
+
+        def completed(pool_name: str) -> bool:
+            mine = [r for r in rollouts() if r["spec"]["pool"] == pool_name]
             return bool(mine) and all(r.get("status", {}).get("phase") == "Completed" for r in mine)
 
-        eventually("the rollout completed", completed, timeout_s=40, interval_s=0.5)
+        eventually("the rollout completed", lambda: completed(pool), timeout_s=40, interval_s=0.5)
         metrics = get(f"http://127.0.0.1:{port}/metrics")
-        code, err = stop(upd)
-        assert code == 0, err[-3000:]
         pods = running_pods(core, ns)
         assert [parse_cpu_millicores(p.status.container_statuses[0].resources.requests["cpu"]) for p in pods] == [
             target_cpu, target_cpu]
         assert all(p.status.container_statuses[0].restart_count == 0 for p in pods)
-        resizes = [float(line.split()[-1]) for line in metrics.splitlines()
-                   if line.startswith("podtailor_updater_resizes_total ")]
-        assert resizes and resizes[0] >= 2, metrics
+        assert (sample(metrics, "podtailor_updater_resizes_total", 'outcome="ok"') or 0) >= 2, metrics
         assert client.CoordinationV1Api(api).read_namespaced_lease("podtailor-updater", NS).spec.holder_identity
         # Verification is reported once per batch, on the (cluster-scoped) rollout: its Events live in default.
-        rollout_names = {r["metadata"]["name"] for r in client.CustomObjectsApi(api).list_cluster_custom_object(
-            "podtailor.io", "v1alpha1", "resizerollouts")["items"]}
+        rollout_names = {r["metadata"]["name"] for r in rollouts()}
         events = core.list_namespaced_event("default").items
         assert any(e.source and e.source.component == "podtailor-updater" and e.reason == "BatchVerified"
                    and e.involved_object.name in rollout_names for e in events)
 
-        # 4. Fall back: the updater's account evicts (the API server honours the PDB), and cannot delete.
+        # 4. Admit, then fall back. The webhook runs as its ServiceAccount; the installed configuration is
+        # routed to it; the API server then calls it for every new pod not labelled podtailor.io/admission=skip.
+        webhook = Webhook(kubeconfigs["podtailor-webhook"], tmp_path)
+        procs.append(webhook.proc)
+        eventually("the webhook ready", lambda: webhook.get("/readyz"), timeout_s=30, interval_s=0.3)
+        route_webhook(api, webhook.client_config())
+        probe = {"metadata": {"generateName": "probe-"},
+                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
+
+        def called() -> bool:  # the API server loads a changed configuration asynchronously
+            before = webhook.admissions()
+            core.create_namespaced_pod(ns, probe, dry_run="All")
+            return webhook.admissions() > before
+
+        eventually("the API server calling the webhook", called, timeout_s=30, interval_s=0.3)
+        grow = fall_back_and_admit(api, ns, make_sim, sa_client(cluster, tokens["podtailor-recommender"]))
+        eventually("the fallback rollout completed", lambda: completed(grow.small), timeout_s=150, interval_s=1)
+        # The updater evicted both pods (one per batch: 25% of 2 replicas rounds up to one)...
+        [evicting] = [r for r in rollouts() if r["spec"]["pool"] == grow.small]
+        entries = evicting["status"]["entries"]
+        assert sorted(e["pod"] for e in entries) == sorted(grow.originals), entries
+        assert [(e["action"], e["state"]) for e in entries] == [("evict", "Verified")] * 2, entries
+        metrics = get(f"http://127.0.0.1:{port}/metrics")
+        assert sample(metrics, "podtailor_updater_fallbacks_total", 'mode="evict",outcome="ok"') == 2.0, metrics
+        code, err = stop(upd, upd_log)
+        assert code == 0, err
+        assert not refusals(upd_log) and not refusals(rec_log), err  # the manifests' RBAC covers the real code
+        # ...and their replacements were admitted at the target by the webhook, so they run on the big pool.
+        replaced = eventually("both replacements running", lambda: len(r := grow.running()) == 2 and r,
+                              timeout_s=60)
+        assert not {p.metadata.name for p in replaced} & set(grow.originals)
+        for pod in replaced:
+            assert pod.spec.containers[0].resources.requests == GROW_TARGET, pod.spec.containers[0].resources
+            assert pod.metadata.annotations[ANNOTATION] == "grow: app cpu 2500m memory 128Mi"
+            assert grow.pool_of(pod) == grow.big
+        code, err = stop(webhook.proc, webhook.log)
+        assert code == 0, err
+        logged = [json.loads(line) for line in webhook.log.read_text().splitlines()]  # --log-format json
+        assert [e["message"] for e in logged][:1] == ["webhook serving"], err
+        assert not [e for e in logged if e["levelname"] in ("WARNING", "ERROR")], err  # e.g. a 403 on a list
+        assert not refusals(webhook.log), err
+
+        # The updater's account may evict (above) but never delete a pod.
         updater_api = sa_client(cluster, tokens["podtailor-updater"])
-        victim = pods[0]
         with pytest.raises(client.ApiException) as refused:
-            client.CoreV1Api(updater_api).delete_namespaced_pod(victim.metadata.name, ns)
+            client.CoreV1Api(updater_api).delete_namespaced_pod(pods[0].metadata.name, ns)
         assert refused.value.status == 403
-
-        def evict() -> bool:
-            try:
-                client.CoreV1Api(updater_api).create_namespaced_pod_eviction(victim.metadata.name, ns, {
-                    "apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": victim.metadata.name, "namespace": ns},
-                    "deleteOptions": {"preconditions": {"uid": victim.metadata.uid}}})
-                return True
-            except client.ApiException as err:
-                if err.status == 429:  # the disruption controller has not counted the PDB yet
-                    return False
-                raise
-
-        eventually("the eviction accepted", evict, timeout_s=20, interval_s=0.3)
         # The template fallback, in this opted-in namespace only (a server-side dry run: authorized, not applied).
         client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(ns, {
             "metadata": {"name": "podtailor-updater-template-fallback"},
@@ -555,25 +733,17 @@ def test_a_full_cycle_runs_as_the_service_accounts(
         patch = {"spec": {"template": {"metadata": {"annotations": {"podtailor.io/resized": "test"}}}}}
         eventually("template patch allowed", lambda: client.AppsV1Api(updater_api).patch_namespaced_deployment(
             "web", ns, patch, dry_run="All"), timeout_s=10)
-
-        # 5. Admit: the webhook's account reads the VPAs it needs (the webhook server itself is not here yet).
-        webhook_api = sa_client(cluster, tokens["podtailor-webhook"])
-        vpas = client.CustomObjectsApi(webhook_api).list_namespaced_custom_object(VPA, "v1", ns,
-                                                                                  "verticalpodautoscalers")
-        assert [v["metadata"]["name"] for v in vpas["items"]] == ["web"]
-        with pytest.raises(client.ApiException) as refused:
-            client.CoreV1Api(webhook_api).list_namespaced_secret(ns)
-        assert refused.value.status == 403
-        # The recommender's account cannot read secrets either, nor resize.
-        recommender_api = sa_client(cluster, tokens["podtailor-recommender"])
-        with pytest.raises(client.ApiException) as refused:
-            client.CoreV1Api(recommender_api).list_namespaced_secret(NS)
-        assert refused.value.status == 403
+        # Neither the webhook's account nor the recommender's can read secrets.
+        for sa in ("podtailor-webhook", "podtailor-recommender"):
+            with pytest.raises(client.ApiException) as refused:
+                client.CoreV1Api(sa_client(cluster, tokens[sa])).list_namespaced_secret(NS)
+            assert refused.value.status == 403
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        route_webhook(api, manifest_hook)
         custom.delete_cluster_custom_object(PT, "v1alpha1", "resizepolicies", policy)
         for r in custom.list_cluster_custom_object(PT, "v1alpha1", "resizerollouts")["items"]:
             if r["spec"]["policy"] == policy:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
+from prometheus_client import CollectorRegistry
+
+from recommender.kube.errors import PermanentKubeError, TemporaryKubeError
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
+from updater.metrics import UpdaterMetrics
+from updater.observe import PodObservation
 from updater.policy.types import Action, ContainerChange, FallbackMode, Plan, PodDecision, Reason, RolloutPolicy
 from updater.rollout import machine
+from updater.rollout.executor import Executor
 from updater.rollout.fallback import (
     fallback_entries,
     infeasible_uids,
@@ -14,7 +21,7 @@ from updater.rollout.fallback import (
     reverted_templates,
     without_reverted,
 )
-from updater.rollout.journal import BatchPhase, EntryState, Phase, Rollout
+from updater.rollout.journal import BatchPhase, ContainerValues, EntryState, Phase, Rollout
 
 WORK = ("ns", "Deployment", "web")
 
@@ -130,3 +137,120 @@ def test_a_retry_after_longer_than_the_back_off_is_honoured() -> None:
     r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW, error="429 Too Many Requests",
                        retry_after_s=16.0)
     assert r.entries[0].state == EntryState.BLOCKED and r.entries[0].not_before_s == NOW + 16
+
+
+@dataclass(frozen=True)
+class _Snap:
+    """What ``Executor.run_pass`` reads from a snapshot: the pods of the open evicting rollout below, observed
+    at their old values (nothing for the planner: it plans nothing new)."""
+
+    pods: tuple[()] = ()
+    observations: dict[str, PodObservation] = field(
+        default_factory=lambda: {f"ns/{p}": obs(p, OLD) for p in "abc"})
+    targets: tuple[()] = ()
+    hpas: tuple[()] = ()
+    limit_ranges: tuple[()] = ()
+    nodes: dict[str, object] = field(default_factory=dict)
+    approvals: frozenset[str] = frozenset()
+    pod_level_resize_supported: bool = True
+
+
+class _Store:
+    def __init__(self, *rollouts: Rollout) -> None:
+        self.rollouts = list(rollouts)
+
+    def list(self) -> list[Rollout]:
+        return list(self.rollouts)
+
+    def create(self, r: Rollout) -> Rollout:
+        raise AssertionError("no rollout is started: the planner plans nothing")
+
+    def save(self, r: Rollout) -> Rollout:
+        return r
+
+    def retry_requested(self, name: str) -> bool:
+        return False
+
+
+class _Evictor:
+    """Accepts uid-a, answers uid-b like a PodDisruptionBudget (429), uid-c like missing RBAC (403)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def evict(self, namespace: str, pod: str, uid: str) -> None:
+        self.calls.append(pod)
+        if uid == "uid-b":
+            raise TemporaryKubeError("evict pod ns/b: 429 Cannot evict pod", status=429)
+        if uid == "uid-c":
+            raise PermanentKubeError("evict pod ns/c: 403 forbidden", status=403)
+
+
+class _Templates:
+    def __init__(self) -> None:
+        self.patched: list[str] = []
+
+    def read(self, namespace: str, kind: str, name: str, containers: object) -> tuple[ContainerValues, ...]:
+        return (OLD,)
+
+    def patch(self, namespace: str, kind: str, name: str, values: object) -> None:
+        self.patched.append(f"{namespace}/{kind}/{name}")
+
+
+class _Recorder:
+    def record(self, **kw: object) -> None:
+        pass
+
+
+def test_every_fallback_the_executor_performs_is_counted_by_mode_and_outcome() -> None:
+    evicts = replace(evicting(entry("a", 0), entry("b", 0), entry("c", 0)), name="r-evict", pool="p1")
+    template = rollout(entry("deployment-web", 0), batches=1)
+    template = replace(template, name="r-template", pool="p2",
+                       entries=(replace(template.entries[0], action="template", uid="", ready_before=1),))
+    registry = CollectorRegistry()
+    evictor, templates = _Evictor(), _Templates()
+    executor = Executor(read=_Snap, planner=lambda **kw: Plan(decisions=(), batches=()), store=_Store(evicts, template),
+                        resizer=None,  # type: ignore[arg-type]  # no resize in these rollouts
+                        recorder=_Recorder(), policy=lambda snap: [(RolloutPolicy(name="default"), [])],
+                        evictor=evictor, templates=templates, metrics=UpdaterMetrics(registry))
+    executor.run_pass(NOW)
+    assert sorted(evictor.calls) == ["a", "b", "c"] and templates.patched == ["ns/Deployment/web"]
+
+    def count(mode: str, outcome: str) -> float | None:
+        return registry.get_sample_value("podtailor_updater_fallbacks_total", {"mode": mode, "outcome": outcome})
+
+    # One of each: a accepted, b held by its budget (backs off, tried again later), c refused for good.
+    assert (count("evict", "ok"), count("evict", "retry"), count("evict", "refused")) == (1.0, 1.0, 1.0)
+    assert count("template", "ok") == 1.0
+    assert count("template", "retry") is None  # never touched: no series
+
+
+class _Resizer:
+    """Accepts uid-a (generation 2), answers uid-b "not now" (429), refuses uid-c (422: invalid)."""
+
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
+               values: Sequence[ContainerValues]) -> int:
+        if uid == "uid-b":
+            raise TemporaryKubeError("resize ns/b: 429 Too Many Requests", status=429)
+        if uid == "uid-c":
+            raise PermanentKubeError("resize ns/c: 422 Invalid", status=422)
+        return 2
+
+
+def test_resizes_are_counted_by_outcome_and_open_rollouts_by_pool_and_state() -> None:
+    resizing = replace(rollout(entry("a", 0), entry("b", 0), entry("c", 0), batches=1), name="r-resize", pool="p1")
+    store, registry = _Store(resizing), CollectorRegistry()
+    executor = Executor(read=_Snap, planner=lambda **kw: Plan(decisions=(), batches=()), store=store,
+                        resizer=_Resizer(), recorder=_Recorder(),
+                        policy=lambda snap: [(RolloutPolicy(name="default"), [])], metrics=UpdaterMetrics(registry))
+    executor.run_pass(NOW)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert [value("podtailor_updater_resizes_total", outcome=o) for o in ("ok", "retry", "refused")] == [1.0] * 3
+    assert value("podtailor_updater_open_rollouts", pool="p1", state="Progressing") == 1.0
+    # Once the rollout is closed, its series goes: the gauge is what is open as of the last pass.
+    store.rollouts = [replace(resizing, phase=Phase.COMPLETED)]
+    executor.run_pass(NOW + 1)
+    assert value("podtailor_updater_open_rollouts", pool="p1", state="Progressing") is None

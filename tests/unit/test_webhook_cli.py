@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,20 @@ def test_defaults() -> None:
 def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_webhook(parse(*argv)) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_updater_entry_point_sets_up_the_webhook_logs_as_asked() -> None:
+    """`podtailor-updater webhook --log-format json` (the Deployment's command line) logs JSON, at that level."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    from updater.__main__ import main
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        assert main(["webhook", "--log-format", "json", "--log-level", "warning", "--listen", "nowhere"]) == 2
+        assert [type(h.formatter) for h in root.handlers] == [JsonFormatter]
+        assert root.level == logging.WARNING
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)

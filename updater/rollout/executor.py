@@ -10,12 +10,14 @@ batches become a new ResizeRollout. A Halted rollout blocks its pool until a per
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from recommender.kube.errors import KubeError, TemporaryKubeError
+from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
 from updater.rollout import machine
@@ -27,6 +29,7 @@ from updater.rollout.fallback import (
     without_reverted,
 )
 from updater.rollout.journal import (
+    TERMINAL,
     BatchRecord,
     ContainerValues,
     Entry,
@@ -133,7 +136,8 @@ class Executor:
     def __init__(self, *, read: Callable[[], Any], planner: Callable[..., Plan], store: Store, resizer: Resizer,
                  recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
                  timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
-                 templates: Templates | None = None, metrics: Any = None, parallelism: int = 8) -> None:
+                 templates: Templates | None = None, metrics: UpdaterMetrics | None = None,
+                 parallelism: int = 8) -> None:
         self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
         self.evictor, self.templates = evictor, templates
         self.parallelism = max(1, parallelism)
@@ -173,6 +177,7 @@ class Executor:
         slots = max(0, limit - in_flight)
         writes_before, advanced, started, resized = self.writes, [], [], 0
         by_name = {p.name: (p, plan) for p, plan in plans}
+        latest = {r.name: r for r in everything}
         for r in sorted(rollouts, key=lambda r: r.name):
             policy, plan = by_name.get(r.policy, (None, None))
             timeouts = self._timeouts(policy)
@@ -180,6 +185,7 @@ class Executor:
             r, n = self._step(r, snap, now_s, slots, timeouts, frozen=frozen)
             slots, resized = max(0, slots - n), resized + n
             advanced.append(r.name)
+            latest[r.name] = r
         busy = {(r.policy, r.pool) for r in rollouts}
         pods = {f"{p.namespace}/{p.name}": p for p in snap.pods}
         ready = {k: v.ready for k, v in self.workloads.items()}
@@ -203,8 +209,19 @@ class Executor:
                                                message=f"pool {pool}: {len(entries)} pods in {len(batches)} batches"))
                 new, n = self._step(new, snap, now_s, slots, self._timeouts(policy), frozen=False)
                 slots, resized = max(0, slots - n), resized + n
+                latest[new.name] = new
+        self._publish_open(latest.values())
         return PassResult(started=tuple(started), advanced=tuple(advanced), resized=resized,
                           writes=self.writes - writes_before, plans=tuple(plans))
+
+    def _publish_open(self, rollouts: Iterable[Rollout]) -> None:
+        """The open-rollouts gauge: rollouts not Completed or RolledBack, by pool and phase, as of this pass."""
+        if self.metrics is None:
+            return
+        counts = Counter((r.pool, r.phase.value) for r in rollouts if r.phase not in TERMINAL)
+        self.metrics.open_rollouts.clear()
+        for (pool, state), n in counts.items():
+            self.metrics.open_rollouts.labels(pool=pool, state=state).set(n)
 
     def _timeouts(self, policy: RolloutPolicy | None) -> machine.Timeouts:
         if self.timeouts is not None:
@@ -286,12 +303,15 @@ class Executor:
         if outcome is None or isinstance(outcome, Conflict | TemporaryKubeError):
             # The pod moved on, or the API server said "not now" (429, 5xx, timeout): the entry stays Applying
             # and the next pass re-reads the pod and resumes from its spec.
+            self._count_resize("retry")
             return r, 0
         if isinstance(outcome, Exception):
             log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(outcome)})
+            self._count_resize("refused")
             return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s,
                                   error=str(outcome)), 0
         self.writes += 1
+        self._count_resize("ok")
         return machine.settle(r, rz.key, rz.purpose, ok=True, generation=outcome, now_s=now_s), 1
 
     def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, now_s: float) -> tuple[Rollout, int]:
@@ -308,9 +328,19 @@ class Executor:
             self.writes += 1
         except KubeError as err:
             log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
+            self._count_fallback(purpose, "retry" if isinstance(err, TemporaryKubeError) else "refused")
             return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err),
                                   retry_after_s=err.retry_after_s), 0
+        self._count_fallback(purpose, "ok")
         return machine.settle(r, fx.key, purpose, ok=True, generation=None, now_s=now_s), 1
+
+    def _count_resize(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.resizes.labels(outcome=outcome).inc()
+
+    def _count_fallback(self, mode: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.fallbacks.labels(mode=mode, outcome=outcome).inc()
 
     def _save(self, r: Rollout) -> Rollout:
         self.writes += 1
