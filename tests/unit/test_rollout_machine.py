@@ -177,3 +177,20 @@ def test_the_journal_round_trips_through_the_object() -> None:
     obj = {"metadata": {"name": "r", "resourceVersion": "9"}, "spec": {"pool": "p1", "policy": "default"},
            "status": to_status(r)}
     assert replace(from_object(obj), resource_version="") == r
+
+
+def test_completion_counts_the_pods_left_unchanged_and_warns() -> None:
+    # One pod verified; one whose eviction was refused outright (403: Skipped). "Completed" must say so.
+    r = rollout(entry("a", 0, state=EntryState.VERIFIED, applied_s=NOW),
+                entry("b", 0, state=EntryState.SKIPPED, message="evict pod ns/b: 403 forbidden"), batches=1)
+    r = replace(r, phase=Phase.BAKING, batches=(replace(r.batches[0], phase=BatchPhase.BAKING, bake_until_s=NOW),))
+    done, effects = machine.advance(r, {"ns/a": obs("a", NEW), "ns/b": obs("b", OLD)}, NOW)
+    assert done.phase == Phase.COMPLETED
+    assert done.message == "all batches baked: 1 of 2 pods changed; not changed: 1 Skipped"
+    [event] = [e for e in effects if isinstance(e, machine.Event)]
+    assert event.reason == "RolloutCompleted" and event.warning
+    # All verified: a plain, normal completion.
+    clean = replace(r, entries=(r.entries[0],))
+    done, effects = machine.advance(clean, {"ns/a": obs("a", NEW)}, NOW)
+    assert done.message == "all batches baked: 1 of 1 pods changed"
+    assert [e.warning for e in effects if isinstance(e, machine.Event)] == [False]

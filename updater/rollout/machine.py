@@ -338,10 +338,25 @@ def _bake_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation
         r = _set_batch(r, replace(batch, phase=BatchPhase.DONE))
         nxt = batch.index + 1
         if nxt >= len(r.batches):
-            return replace(r, phase=Phase.COMPLETED, current_batch=nxt, message="all batches verified and baked"), [
-                Event(namespace="", pod=None, reason="RolloutCompleted", message=f"pool {r.pool}: completed")]
+            return _complete(replace(r, current_batch=nxt))
         return replace(r, phase=Phase.PROGRESSING, current_batch=nxt), []
     return r, []
+
+
+def _complete(r: Rollout) -> tuple[Rollout, list[Effect]]:
+    """Every batch baked. Pods left unchanged (a refused resize or eviction, gone, Infeasible) are counted in the
+    message and make the completion a Warning, so "Completed" never hides work that was not done."""
+    changed = sum(1 for e in r.entries if e.state == EntryState.VERIFIED)
+    left: dict[str, int] = {}
+    for e in r.entries:
+        if e.state != EntryState.VERIFIED:
+            left[e.state.value] = left.get(e.state.value, 0) + 1
+    message = f"all batches baked: {changed} of {len(r.entries)} pods changed"
+    if left:
+        message += "; not changed: " + ", ".join(f"{n} {state}" for state, n in sorted(left.items()))
+    return replace(r, phase=Phase.COMPLETED, message=message), [
+        Event(namespace="", pod=None, reason="RolloutCompleted", warning=bool(left),
+              message=f"pool {r.pool}: completed; {message}")]
 
 
 # ----------------------------------------------------------------------------------------------- rollback
