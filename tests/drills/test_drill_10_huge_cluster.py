@@ -56,8 +56,8 @@ def test_slow_prometheus_leaves_only_the_timed_out_namespace_stale(
     api: client.ApiClient, crds: list[str], namespace: str, prometheus: LocalPrometheus, tmp_path: Path,
 ) -> None:
     with drill_row(10, "Huge cluster", f"{NAMESPACES * WORKLOADS * PODS} containers in {NAMESPACES} namespaces; "
-                   f"a delaying proxy answers one namespace's queries after {SLOW_DELAY_S:g} s (timeout {TIMEOUT_S:g} s, "
-                   f"one retry) and another's after {NEAR_DELAY_S:g} s") as row, \
+                   f"a delaying proxy answers one namespace's queries after {SLOW_DELAY_S:g} s (timeout "
+                   f"{TIMEOUT_S:g} s, one retry) and another's after {NEAR_DELAY_S:g} s") as row, \
             extra_namespaces(api, f"{namespace[:40]}-n", NAMESPACES) as names, \
             PromProxy(lambda: prometheus.url) as proxy:
         end_s = grid_now(-120)
