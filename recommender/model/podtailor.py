@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recommender.model.common import MIB, StrategyBase, lower_multiplier, upper_multiplier
+import numpy as np
+
+from recommender.model.common import GIB, MIB, StrategyBase, lower_multiplier, upper_multiplier
+from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
 from recommender.model.policy import (
     Estimate,
@@ -76,6 +79,11 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
         if prm.memory_oom_tolerance == "low":
             return state.memory.hist.percentile(0.98)
+        if prm.memory_oom_tolerance == "cost":
+            level = cost_level(np.array(state.memory_max.values(now_s=now_s, window_s=prm.memory_max_window_s)),
+                               margin_fraction=prm.memory_margin_fraction,
+                               overrun_cost=prm.memory_oom_cost_gib_hours * GIB * 3600.0 / prm.memory_max_slot_s)
+            return level if level is not None else state.memory.hist.percentile(1.0)
         if peak is None:  # nothing inside the window: fall back to the decayed history's top
             peak = state.memory.hist.percentile(1.0)
         if prm.memory_oom_tolerance == "minimal" or peak is None:
