@@ -118,14 +118,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return est, ()
         return replace(est, target=current, upper=max(est.upper, current)), (f"{name}: low confidence: no decrease",)
 
-    def _moves(self, est: ResourceEstimate | None, request: float | None, may_lower: bool) -> bool:
+    def _moves(self, est: ResourceEstimate | None, request: float | None, may_lower: bool, up: float) -> bool:
         """Whether this resource's target left its resize band (or it has no request yet)."""
         if est is None:
             return False
         if request is None or request <= 0:
             return True
         ratio = est.target / request
-        return ratio > 1.0 + self.params.resize_up_fraction or (
+        return ratio > 1.0 + up or (
             may_lower and ratio < 1.0 - self.params.resize_down_fraction)
 
     @staticmethod
@@ -146,8 +146,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         may_lower = since is None or now_s - since >= prm.resize_down_dwell_s
         cur_cpu = None if req.cpu_millicores is None else req.cpu_millicores / 1000.0
         cur_mem = None if req.memory_bytes is None else float(req.memory_bytes)
-        move_cpu = self._moves(cpu, cur_cpu, may_lower)
-        move_mem = self._moves(memory, cur_mem, may_lower)
+        move_cpu = self._moves(cpu, cur_cpu, may_lower, prm.cpu_resize_up_fraction)
+        move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
         if prm.coordinate_resizes and (move_cpu or move_mem):
             return cpu, memory
         if not move_cpu:

@@ -205,7 +205,7 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     policy = ContainerPolicy()
     strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=policy, current=before)  # first sight: time unknown
     strategy.recommend(state, now_s=NOW - HOUR, policy=policy, current=after)  # the applied values changed
-    # One hour after the change, 1 h < the 12 h dwell: the 500m / 1 GiB requests stay although the targets
+    # One hour after the change, 1 h < the 8 h dwell: the 500m / 1 GiB requests stay although the targets
     # (about 113m and 115 MiB) are far below them.
     held = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
     assert held.target == Resources(cpu_millicores=500, memory_bytes=GIB)
@@ -217,6 +217,24 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     rise = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     assert rise.target.cpu_millicores is not None and rise.target.cpu_millicores > 100
+
+
+def test_cpu_grows_only_beyond_its_up_band() -> None:
+    data = hourly(192, 0.5, 5e8)  # CPU target in [550m, 563m] (test_constant_cpu_target); memory 575e6
+    mem = 575_000_000  # memory at its target: it does not move, so CPU decides alone
+
+    def cpu_after(request_m: int, **overrides: float) -> int | None:
+        current = CurrentResources(requests=Resources(cpu_millicores=request_m, memory_bytes=mem))
+        return run(get_strategy("podtailor", **overrides), data, current=current).target.cpu_millicores
+
+    # 520m: target / request <= 563 / 520 = 1.083, inside the 10% band: held.
+    assert cpu_after(520) == 520
+    # 480m: target / request >= 550 / 480 = 1.146, beyond it: resized to the target.
+    after = cpu_after(480)
+    assert after is not None and 550 <= after <= 563
+    # Without the band any growth resizes.
+    no_band = cpu_after(520, cpu_resize_up_fraction=0.0)
+    assert no_band is not None and 550 <= no_band <= 563
 
 
 def test_resizes_are_coordinated() -> None:
