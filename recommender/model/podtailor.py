@@ -2,15 +2,19 @@
 
 Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (days) per resource is
 min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
-counts in full. CPU: request = max(slow p80, fast p80) x (1 + margin) over throttling-corrected samples
+counts in full. CPU: request = max(slow p85, fast p85) x (1 + margin) over throttling-corrected samples
 (rises within hours, falls at the 12h half-life pace); bounds p50/p95 x margin x VPA's confidence
 multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least request x ``cpu_limit_min_ratio``).
-Memory: the statistic of the OOM-tolerance class (p98 of peaks, max peak over 8 days, or max(p60, 0.5 max))
-x (1 + margin), floored by recent OOM bumps capped at maxAllowed (the bump never enters the histogram,
-so a cap cannot feed itself: VPA #9521). With thin history
+Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the
+hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM
+(``memory_oom_cost_gib_hours``) x the share of hours above it (``peaks.cost_level``): the max for small
+containers, below rare top hours for large ones. Autopilot's classes remain (p98 of peaks, max peak over
+8 days, or max(p60, 0.5 max)). The target is floored by recent OOM bumps capped at maxAllowed (the bump never
+enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
 (c below ``thin_history_days``) a request is never lowered below the current one. Resizes: a resource
-"moves" when its target leaves the band [1 - ``resize_down_fraction``, 1 + ``resize_up_fraction``] x the current
-request (hysteresis, so noise does not resize it); a decrease also waits ``resize_down_dwell_s`` after the last
+"moves" when its target leaves the band [1 - ``resize_down_fraction``, 1 + up] x the current request, with
+up = ``resize_up_fraction`` for memory (0) and ``cpu_resize_up_fraction`` for CPU (hysteresis, so noise does
+not resize it); a decrease also waits ``resize_down_dwell_s`` after the last
 observed change of the applied values (the state notes them on every call; increases never wait). When one
 resource moves, the other takes its fresh target in the same update (``coordinate_resizes``: one pod update
 either way); when neither moves, both keep their current request and limit. Parameters and state live in

@@ -69,12 +69,12 @@ class PodtailorParams:
     "minimal" = max peak over ``memory_max_window_s`` (Autopilot's default for small jobs), "intermediate" =
     max(p60, 0.5 x max)."""
     memory_oom_cost_gib_hours: float = 100.0
-    """Price of one OOM kill in GiB-hours of provisioned memory (the "cost" class). A container stops covering
-    its rarest top hours only when their memory costs more than this x their frequency: a 1 GiB container
-    always gets its max; a 64 GiB one whose peak hour recurs once in 8 days (share 1/192: 0.52 GiB-hours)
-    is sized below that hour when that saves more than 0.52 GiB. Chosen on the odd series of the Bitbrains
-    backtest (RESULTS.md, hand analysis): 100 is below VPA's memory slack and OOM rate there, 200 keeps fewer
-    OOMs but more slack than VPA."""
+    """Price of one OOM kill in GiB-hours of provisioned memory (the "cost" class). Leaving the top k of n
+    hourly peaks uncovered costs this x k / n per hour, at least 100 / 193 = 0.52 GiB over an 8-day window, so
+    a container whose peaks stay below 0.52 / 1.15 = 0.45 GiB always gets its max; a 64 GiB one whose peak
+    hour occurred once in 8 days is sized below it when that saves more than 0.52 GiB. Chosen on the odd
+    series of the Bitbrains backtest (RESULTS.md, hand analysis): 100 is below VPA's memory slack and OOM
+    rate there, 200 keeps fewer OOMs but more slack than VPA."""
     memory_max_window_s: float = 8 * DAY_S
     """Window of the "max" and "cost" statistics (VPA's 8-day memory window)."""
     memory_max_slot_s: float = 3600.0
