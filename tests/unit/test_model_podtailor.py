@@ -168,8 +168,8 @@ def test_cpu_rises_fast_and_falls_slowly() -> None:
     rise = run(get_strategy("podtailor"), low, high).target.cpu_millicores
     slow_only = run(get_strategy("podtailor", cpu_fast_half_life_s=0.0), low, high).target.cpu_millicores
     assert rise is not None and slow_only is not None
-    # The newest hour's share of the decayed weight: 1 - 2^(-1/2) = 29% with the 2h half-life (p90 in the
-    # 1-core bucket: >= 1.0 x 1.1 = 1100m) but 1 - 2^(-1/12) = 5.6% with the 12h one (p90 in the 0.1 bucket:
+    # The newest hour's share of the decayed weight: 1 - 2^(-1) = 50% with the 1h half-life (p85 in the
+    # 1-core bucket: >= 1.0 x 1.1 = 1100m) but 1 - 2^(-1/12) = 5.6% with the 12h one (p85 in the 0.1 bucket:
     # <= (0.1 x 1.02 + 0.001) x 1.1 = 113.3m).
     assert rise >= 1100 and slow_only <= 114
 
