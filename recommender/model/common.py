@@ -20,6 +20,7 @@ from recommender.model.types import Samples, UsageBatch
 
 DAY_S = 86400.0
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 def _check_samples(name: str, samples: Samples, *, upper: float | None = None) -> None:

@@ -3,9 +3,10 @@
 Owns ``IntervalPeaks`` (a running max per aggregation interval, time-stamped at the interval end, that
 replaces its own earlier entry in a decaying histogram when a higher sample arrives, with the OOM peak kept
 apart from the usage peak so that repeated OOMs in one interval do not compound, as VPA's
-``model/container.go`` does) and ``SlotMax`` (maximum and sample count per time slot, so that "the max over
-the last N days" and "how many points in the window" are cheap). Samples may arrive in any order within a
-batch; they are sorted here. Pure numpy; no knowledge of strategies or policies.
+``model/container.go`` does), ``SlotMax`` (maximum and sample count per time slot, so that "the max over
+the last N days" and "how many points in the window" are cheap) and ``cost_level`` (the level that minimises
+provisioned memory plus the expected cost of overruns, from a window of slot maxima). Samples may arrive in
+any order within a batch; they are sorted here. Pure numpy; no knowledge of strategies or policies.
 """
 
 from __future__ import annotations
@@ -125,6 +126,25 @@ def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def cost_level(peaks: FloatArray, *, margin_fraction: float, overrun_cost: float) -> float | None:
+    """The base level b among ``peaks`` minimising  b x (1 + margin) + overrun_cost x S(b), with S(b) the share
+    of the peaks above b (the chance that the next slot's peak exceeds b, from this series' own window).
+
+    Both terms are per slot: the first is what b provisions, the second what it risks (``overrun_cost`` is the
+    price of one overrun, an OOM kill, in the units of the first term: bytes x slots). With overrun_cost large
+    enough, b is the max (nothing dropped); a lower b is chosen only when the slots it leaves uncovered are rare
+    enough: dropping the top k of n peaks saves (max - b)(1 + margin) and costs overrun_cost x k / n. Returns b
+    (the margin is the caller's), or None without peaks. Ties go to the higher level."""
+    p = np.sort(np.asarray(peaks, dtype=np.float64))
+    p = p[np.isfinite(p)]
+    if p.size == 0:
+        return None
+    above = p.size - np.searchsorted(p, p, side="right")
+    cost = p * (1.0 + margin_fraction) + overrun_cost * above / p.size
+    best = np.flatnonzero(cost <= cost.min())
+    return float(p[best[-1]])
+
+
 class SlotMax:
     """Maximum value and sample count per time slot (slot = floor(t / slot_s)), pruned to a retention."""
 
@@ -160,6 +180,10 @@ class SlotMax:
         """Max over the slots overlapping [now - window, now]; None if there are none."""
         slots = self._slots_in(now_s, window_s)
         return max((self.maxima[s] for s in slots), default=None)
+
+    def values(self, *, now_s: float, window_s: float) -> list[float]:
+        """The per-slot maxima of the slots overlapping [now - window, now], oldest first."""
+        return [self.maxima[s] for s in sorted(self._slots_in(now_s, window_s))]
 
     def count(self, *, now_s: float, window_s: float) -> int:
         return sum(self.counts[s] for s in self._slots_in(now_s, window_s))

@@ -2,15 +2,19 @@
 
 Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (days) per resource is
 min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
-counts in full. CPU: request = max(slow p80, fast p80) x (1 + margin) over throttling-corrected samples
+counts in full. CPU: request = max(slow p85, fast p85) x (1 + margin) over throttling-corrected samples
 (rises within hours, falls at the 12h half-life pace); bounds p50/p95 x margin x VPA's confidence
 multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least request x ``cpu_limit_min_ratio``).
-Memory: the statistic of the OOM-tolerance class (p98 of peaks, max peak over 8 days, or max(p60, 0.5 max))
-x (1 + margin), floored by recent OOM bumps capped at maxAllowed (the bump never enters the histogram,
-so a cap cannot feed itself: VPA #9521). With thin history
+Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the
+hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM
+(``memory_oom_cost_gib_hours``) x the share of hours above it (``peaks.cost_level``): the max for small
+containers, below rare top hours for large ones. Autopilot's classes remain (p98 of peaks, max peak over
+8 days, or max(p60, 0.5 max)). The target is floored by recent OOM bumps capped at maxAllowed (the bump never
+enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
 (c below ``thin_history_days``) a request is never lowered below the current one. Resizes: a resource
-"moves" when its target leaves the band [1 - ``resize_down_fraction``, 1 + ``resize_up_fraction``] x the current
-request (hysteresis, so noise does not resize it); a decrease also waits ``resize_down_dwell_s`` after the last
+"moves" when its target leaves the band [1 - ``resize_down_fraction``, 1 + up] x the current request, with
+up = ``resize_up_fraction`` for memory (0) and ``cpu_resize_up_fraction`` for CPU (hysteresis, so noise does
+not resize it); a decrease also waits ``resize_down_dwell_s`` after the last
 observed change of the applied values (the state notes them on every call; increases never wait). When one
 resource moves, the other takes its fresh target in the same update (``coordinate_resizes``: one pod update
 either way); when neither moves, both keep their current request and limit. Parameters and state live in
@@ -21,7 +25,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recommender.model.common import MIB, StrategyBase, lower_multiplier, upper_multiplier
+import numpy as np
+
+from recommender.model.common import GIB, MIB, StrategyBase, lower_multiplier, upper_multiplier
+from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
 from recommender.model.policy import (
     Estimate,
@@ -76,6 +83,11 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
         if prm.memory_oom_tolerance == "low":
             return state.memory.hist.percentile(0.98)
+        if prm.memory_oom_tolerance == "cost":
+            level = cost_level(np.array(state.memory_max.values(now_s=now_s, window_s=prm.memory_max_window_s)),
+                               margin_fraction=prm.memory_margin_fraction,
+                               overrun_cost=prm.memory_oom_cost_gib_hours * GIB * 3600.0 / prm.memory_max_slot_s)
+            return level if level is not None else state.memory.hist.percentile(1.0)
         if peak is None:  # nothing inside the window: fall back to the decayed history's top
             peak = state.memory.hist.percentile(1.0)
         if prm.memory_oom_tolerance == "minimal" or peak is None:
@@ -110,14 +122,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return est, ()
         return replace(est, target=current, upper=max(est.upper, current)), (f"{name}: low confidence: no decrease",)
 
-    def _moves(self, est: ResourceEstimate | None, request: float | None, may_lower: bool) -> bool:
+    def _moves(self, est: ResourceEstimate | None, request: float | None, may_lower: bool, up: float) -> bool:
         """Whether this resource's target left its resize band (or it has no request yet)."""
         if est is None:
             return False
         if request is None or request <= 0:
             return True
         ratio = est.target / request
-        return ratio > 1.0 + self.params.resize_up_fraction or (
+        return ratio > 1.0 + up or (
             may_lower and ratio < 1.0 - self.params.resize_down_fraction)
 
     @staticmethod
@@ -138,8 +150,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         may_lower = since is None or now_s - since >= prm.resize_down_dwell_s
         cur_cpu = None if req.cpu_millicores is None else req.cpu_millicores / 1000.0
         cur_mem = None if req.memory_bytes is None else float(req.memory_bytes)
-        move_cpu = self._moves(cpu, cur_cpu, may_lower)
-        move_mem = self._moves(memory, cur_mem, may_lower)
+        move_cpu = self._moves(cpu, cur_cpu, may_lower, prm.cpu_resize_up_fraction)
+        move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
         if prm.coordinate_resizes and (move_cpu or move_mem):
             return cpu, memory
         if not move_cpu:

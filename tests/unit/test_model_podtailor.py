@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorState
 from recommender.model.registry import get_strategy
 from recommender.model.types import (
@@ -70,7 +71,8 @@ def test_constant_cpu_target() -> None:
     # 0.5 core in 2% buckets of first width 1m: upper edge in [0.5, 0.5 x 1.02 + 0.001 = 0.511], x1.10 margin
     # -> [550m, 562.1m].
     assert rec.target.cpu_millicores is not None and 550 <= rec.target.cpu_millicores <= 563
-    # Memory "minimal" class: max peak 5e8 x 1.15 = 575e6 exactly (the max is kept exact, not bucketed).
+    # Memory "cost" class: every hour at 5e8, so the level is that peak: 5e8 x 1.15 = 575e6 exactly (slot
+    # maxima are kept exact, not bucketed).
     assert rec.target.memory_bytes == 575_000_000
 
 
@@ -82,6 +84,32 @@ def test_throttling_raises_recorded_usage() -> None:
     assert rec.target.cpu_millicores is not None and 825 <= rec.target.cpu_millicores <= 843
     off = run(get_strategy("podtailor", throttle_correction=False), data)
     assert off.target.cpu_millicores is not None and off.target.cpu_millicores <= 563
+
+
+def test_cost_level_worked_numbers() -> None:
+    peaks = np.array([2.0] * 9 + [10.0])  # nine slots at 2, one at 10 (share above 2: 1/10)
+    # b = 10: 10 x 1.15 + 0 = 11.5.  b = 2: 2 x 1.15 + overrun_cost x 1/10 = 2.3 + overrun_cost / 10.
+    assert cost_level(peaks, margin_fraction=0.15, overrun_cost=50.0) == 2.0  # 2.3 + 5 = 7.3 < 11.5
+    assert cost_level(peaks, margin_fraction=0.15, overrun_cost=100.0) == 10.0  # 2.3 + 10 = 12.3 > 11.5
+    assert cost_level(peaks, margin_fraction=0.15, overrun_cost=92.0) == 10.0  # tie (11.5 both): the higher
+    assert cost_level(np.array([np.nan]), margin_fraction=0.15, overrun_cost=1.0) is None
+
+
+def test_memory_cost_class_sizes_large_containers_below_rare_peaks() -> None:
+    shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)  # hourly peaks, 8 days, oldest first
+    strategy = get_strategy("podtailor")  # "cost" class, 100 GiB-hours per OOM
+
+    def target(scale: float) -> int | None:
+        data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
+                          memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
+        return run(strategy, data).target.memory_bytes
+
+    # 1e8 scale (800 MB peaks): b = 8e8 costs 9.2e8; b = 2e8 costs 2.3e8 + 100 GiB x 2/192 = 2.3e8 + 1.118e9.
+    # The two rare peaks are cheap to cover: the max, as the "minimal" class.
+    assert target(1e8) == 920_000_000
+    # 1e10 scale (80 GB peaks): b = 8e10 costs 9.2e10; b = 2e10 costs 2.3e10 + 1.118e9 = 2.41e10; b = 1e10
+    # costs 1.15e10 + 100 GiB x 42/192 = 3.5e10. The 2e10 level wins: 2e10 x 1.15 = 2.3e10.
+    assert target(1e10) == 23_000_000_000
 
 
 def test_memory_oom_tolerance_classes() -> None:
@@ -140,8 +168,8 @@ def test_cpu_rises_fast_and_falls_slowly() -> None:
     rise = run(get_strategy("podtailor"), low, high).target.cpu_millicores
     slow_only = run(get_strategy("podtailor", cpu_fast_half_life_s=0.0), low, high).target.cpu_millicores
     assert rise is not None and slow_only is not None
-    # The newest hour's share of the decayed weight: 1 - 2^(-1/2) = 29% with the 2h half-life (p90 in the
-    # 1-core bucket: >= 1.0 x 1.1 = 1100m) but 1 - 2^(-1/12) = 5.6% with the 12h one (p90 in the 0.1 bucket:
+    # The newest hour's share of the decayed weight: 1 - 2^(-1) = 50% with the 1h half-life (p85 in the
+    # 1-core bucket: >= 1.0 x 1.1 = 1100m) but 1 - 2^(-1/12) = 5.6% with the 12h one (p85 in the 0.1 bucket:
     # <= (0.1 x 1.02 + 0.001) x 1.1 = 113.3m).
     assert rise >= 1100 and slow_only <= 114
 
@@ -177,7 +205,7 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     policy = ContainerPolicy()
     strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=policy, current=before)  # first sight: time unknown
     strategy.recommend(state, now_s=NOW - HOUR, policy=policy, current=after)  # the applied values changed
-    # One hour after the change, 1 h < the 12 h dwell: the 500m / 1 GiB requests stay although the targets
+    # One hour after the change, 1 h < the 8 h dwell: the 500m / 1 GiB requests stay although the targets
     # (about 113m and 115 MiB) are far below them.
     held = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
     assert held.target == Resources(cpu_millicores=500, memory_bytes=GIB)
@@ -189,6 +217,24 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     rise = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     assert rise.target.cpu_millicores is not None and rise.target.cpu_millicores > 100
+
+
+def test_cpu_grows_only_beyond_its_up_band() -> None:
+    data = hourly(192, 0.5, 5e8)  # CPU target in [550m, 563m] (test_constant_cpu_target); memory 575e6
+    mem = 575_000_000  # memory at its target: it does not move, so CPU decides alone
+
+    def cpu_after(request_m: int, **overrides: float) -> int | None:
+        current = CurrentResources(requests=Resources(cpu_millicores=request_m, memory_bytes=mem))
+        return run(get_strategy("podtailor", **overrides), data, current=current).target.cpu_millicores
+
+    # 520m: target / request <= 563 / 520 = 1.083, inside the 10% band: held.
+    assert cpu_after(520) == 520
+    # 480m: target / request >= 550 / 480 = 1.146, beyond it: resized to the target.
+    after = cpu_after(480)
+    assert after is not None and 550 <= after <= 563
+    # Without the band any growth resizes.
+    no_band = cpu_after(520, cpu_resize_up_fraction=0.0)
+    assert no_band is not None and 550 <= no_band <= 563
 
 
 def test_resizes_are_coordinated() -> None:
