@@ -221,7 +221,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     while r.phase == Phase.ROLLING_BACK and time.monotonic() < deadline:
         snap = executor.read()
         new, effects = machine.advance(r, snap.observations, time.time())
-        r, _ = executor._perform(r, new, effects, snap.observations, time.time())
+        r, _ = executor.perform(r, new, effects, snap.observations, time.time())
         if r.phase == Phase.ROLLING_BACK:
             time.sleep(1.0)
     reverted = sum(1 for e in r.entries if e.state.value == "Reverted")
