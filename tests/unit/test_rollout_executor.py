@@ -7,6 +7,7 @@ open rollouts whose current batch is Pending, so the pass starts them: intent sa
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -209,3 +210,33 @@ def test_perform_outside_a_pass_restores_a_rolled_back_pod() -> None:
     saved, ok = ex.perform(r, new, effects, observations, NOW)
     assert ok == 1 and resizer.calls == ["ns/p1-0"]
     assert [e.state for e in saved.entries] == [EntryState.REVERTED] and saved.resource_version == "3"
+
+
+def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_same_pass() -> None:
+    # p2's pod was resized, not yet actuated when the pass read it; it is actuated while p1 sends, and the
+    # re-read (every verify_poll_s) finds it Verified: p2 starts baking before p1's resize returns.
+    p1 = pool_rollout("p1", 1)
+    applied = replace(entry("p2-0", 0), state=EntryState.APPLIED, generation=2, applied_s=NOW - 1)
+    p2 = Rollout(name="bench-p2", pool="p2", policy="bench", resource_version="1", entries=(applied,),
+                 batches=(BatchRecord(index=0, step=0, bake_s=10.0, gates=("oom",), phase=BatchPhase.VERIFYING,
+                                      started_s=NOW - 2, deadline_s=NOW + 600),))
+    ex, store, resizer, recorder = executor([p1, p2])
+    ex.verify_poll_s = 0.05
+    observations = ex.read().observations
+    observations["ns/p2-0"] = obs("p2-0", NEW, OLD, generation=2, observed=2)  # spec changed, not actuated
+
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        observations["ns/p2-0"] = obs("p2-0", NEW, generation=2, observed=2)  # the kubelet caught up
+        for _ in range(100):
+            if any(r.name == "bench-p2" and r.phase == Phase.BAKING for r in store.saved):
+                return 2
+            time.sleep(0.05)
+        raise AssertionError("p2 was not verified while p1 was sending")
+
+    resizer.resize = slow  # type: ignore[method-assign]
+    out = ex.run_pass(NOW)
+    assert out.resized == 1
+    [baking] = [r for r in store.saved if r.name == "bench-p2"]
+    assert baking.entries[0].state == EntryState.VERIFIED and baking.batches[0].phase == BatchPhase.BAKING
+    assert baking.batches[0].bake_until_s is not None and baking.batches[0].bake_until_s > NOW + 10.0
+    assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified"]

@@ -161,7 +161,9 @@ class Executor:
         self.parallelism = max(1, parallelism)
         """Resize requests in flight at once within a pass, over all rollouts (each carries its own preconditions)."""
         self.verify_poll_s = verify_poll_s
-        """While a pass is still sending, how often an idle rollout's batch is re-read for verification."""
+        """While a pass is still sending, how often an idle rollout's batch is re-read for verification (at
+        least twice the last read's duration apart, so a slow read on a big cluster is not repeated back to back)."""
+        self.read_s = 0.0
         self.policy_of = policy
         self.timeouts = timeouts
         self.metrics = metrics
@@ -191,9 +193,11 @@ class Executor:
     def _read(self, now_s: float, pool: ThreadPoolExecutor) -> tuple[list[Rollout], Any, list[tuple[RolloutPolicy,
                                                                                                      Plan]]]:
         """The journals and the cluster, read at the same time, and the plans."""
+        t0 = time.monotonic()
         journals = pool.submit(self.store.list)
         snap = self.read()
         everything = journals.result()
+        self.read_s = time.monotonic() - t0
         return everything, snap, self._plans(snap, everything, now_s)
 
     def run_pass(self, now_s: float) -> PassResult:
@@ -294,7 +298,8 @@ class Executor:
 
     def _wake_s(self, idle: Sequence[Rollout], now_s: float) -> float | None:
         """Seconds until an idle rollout has something to do while others are still sending: its bake ends,
-        or (every ``verify_poll_s``) its batch may have been verified. None: nothing before the pass ends."""
+        or (every ``verify_poll_s``, or twice the last read's duration) its batch may have been verified. None:
+        nothing before the pass ends."""
         waits = []
         for r in idle:
             if r.phase not in (Phase.PROGRESSING, Phase.BAKING) or r.current_batch >= len(r.batches):
@@ -303,7 +308,7 @@ class Executor:
             if batch.phase == BatchPhase.BAKING and batch.bake_until_s is not None:
                 waits.append(max(0.0, batch.bake_until_s - now_s))
             elif batch.phase == BatchPhase.VERIFYING:
-                waits.append(self.verify_poll_s)
+                waits.append(max(self.verify_poll_s, 2 * self.read_s))
         return min(waits, default=None)
 
     def _timeouts(self, policy: RolloutPolicy | None) -> machine.Timeouts:
