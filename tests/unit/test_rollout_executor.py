@@ -119,7 +119,7 @@ def test_the_pools_are_sent_at_once_and_each_intent_is_saved_first() -> None:
     # One client thread per pool's pod: the barrier only opens when both pools have a resize in flight.
     ex, store, resizer, recorder = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)], barrier=2)
     out = ex.run_pass(NOW)
-    assert sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"] and out.resized == 2
+    assert sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"] and out.resized == 2 and out.next_bake_end_s is None
     assert set(resizer.intent_at_send.values()) == {EntryState.APPLYING}  # journaled before it was sent
     # Per rollout: intent, outcome (2 saves) and one resize each.
     assert out.writes == 2 * 2 + 2 and ex.writes == 6
@@ -239,4 +239,5 @@ def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_sam
     [baking] = [r for r in store.saved if r.name == "bench-p2"]
     assert baking.entries[0].state == EntryState.VERIFIED and baking.batches[0].phase == BatchPhase.BAKING
     assert baking.batches[0].bake_until_s is not None and baking.batches[0].bake_until_s > NOW + 10.0
+    assert out.next_bake_end_s == baking.batches[0].bake_until_s  # the run loop's next pass is due then
     assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified"]

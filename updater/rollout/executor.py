@@ -105,6 +105,9 @@ class PassResult:
     resized: int = 0
     writes: int = 0
     plans: tuple[tuple[RolloutPolicy, Plan], ...] = field(default_factory=tuple)
+    next_bake_end_s: float | None = None
+    """The earliest end of a bake in progress after the pass (the clock of ``now_s``): the next pass is due
+    then at the latest, so a loop with a long interval does not let a finished bake wait."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +210,7 @@ class Executor:
         too, so one pool's large batch does not hold back the others. Returns when every step is done."""
         t0, writes_before = time.monotonic(), self.writes
         advanced: list[str] = []
+        latest: dict[str, Rollout] = {}  # each rollout as this pass last knew it
         resized = 0
         touched: dict[str, Rollout] = {}  # performed in this pass: our newest version of it
         running: dict[Future[tuple[Rollout, int]], str] = {}
@@ -218,6 +222,7 @@ class Executor:
             while True:
                 for step in steps:
                     advanced.append(step.old.name)
+                    latest[step.new.name] = step.new
                     if step.effects or step.new != step.old or step.create:
                         touched[step.new.name] = step.new
                         running[each.submit(self._perform, step.old, step.new, step.effects, snap.observations,
@@ -234,7 +239,7 @@ class Executor:
                     for f in done:
                         running.pop(f)
                         r, n = f.result()  # a crash (any other exception) is raised here, after the others end
-                        touched[r.name], resized = r, resized + n
+                        touched[r.name], latest[r.name], resized = r, r, resized + n
                 if not running:
                     break
                 now = now_s + (time.monotonic() - t0)
@@ -244,8 +249,12 @@ class Executor:
                     log.warning("re-read during the pass failed", extra={"error": str(err)})
                     continue
                 steps, _ = self._round(now, everything, snap, plans, touched, start_new=False)
+        bake_ends = [b.bake_until_s for r in latest.values() if r.phase == Phase.BAKING
+                     for b in r.batches[r.current_batch:r.current_batch + 1]
+                     if b.phase == BatchPhase.BAKING and b.bake_until_s is not None]
         return PassResult(started=tuple(started), advanced=tuple(dict.fromkeys(advanced)), resized=resized,
-                          writes=self.writes - writes_before, plans=tuple(first_plans))
+                          writes=self.writes - writes_before, plans=tuple(first_plans),
+                          next_bake_end_s=min(bake_ends, default=None))
 
     def _round(self, now_s: float, everything: Sequence[Rollout], snap: Any,
                plans: Sequence[tuple[RolloutPolicy, Plan]], touched: Mapping[str, Rollout],
