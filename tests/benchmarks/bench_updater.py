@@ -624,7 +624,7 @@ def _convergence_row(run: ClusterRun) -> str:
     overhead = (run.converged_s - ideal) / ideal if ideal > 0 else math.nan
     load = f"load {run.load[0][0]:.1f} → {run.load[1][0]:.1f}"
     return (f"| convergence: {run.pods:,} pods in {run.pools} pools, ladder 0 / 0.25 / 1.0 x {run.bake_s:g} s bake "
-            f"(pools in parallel) | {run.converged_s:.1f} s vs {ideal:g} s of bakes: overhead {overhead:+.0%} "
+            f"(pools in parallel) | {run.converged_s:.1f} s vs {ideal:g} s of bakes: overhead {overhead:+.1%} "
             f"({run.converged_s - ideal:.1f} s; {len(run.passes)} passes; {load}) | overhead < {OVERHEAD_GOAL:.0%} | "
             f"{_met(overhead < OVERHEAD_GOAL)} |")
 
