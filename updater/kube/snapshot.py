@@ -17,6 +17,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -45,6 +46,8 @@ from updater.policy.types import HpaView, LimitRangeView, NodeView, PodView, Rol
 log = logging.getLogger("podtailor.updater.kube")
 T = TypeVar("T")
 VPA_GROUP, VPA_VERSION, VPA_PLURAL = "autoscaling.k8s.io", "v1", "verticalpodautoscalers"
+LISTING_THREADS = 4
+"""Requests of one snapshot in flight at once (/version and the listings)."""
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Pending,status.phase!=Succeeded"
 """Bound pods that have started and not completed: Running ones become PodViews; Failed/Unknown ones are
 kept as observations only (a canary that failed must be seen)."""
@@ -163,10 +166,14 @@ class ClusterReader:
     def read(self, policy_pool_label: str | None = None, namespaces: Sequence[str] = ()) -> Snapshot:
         """List every kind once and convert; ``policy_pool_label``: the node label naming pools (None or ""
         for the first present of the common keys); ``namespaces``: only these (empty: all)."""
-        version = self.server_version()
-        raw = {kind: self._list(kind, namespaces, **({"field_selector": POD_FIELD_SELECTOR} if kind == "Pod" else {}))
-               for kind in self.listings}
-        return build_snapshot(raw, version, policy_pool_label)
+        def listed(kind: str) -> list[Obj]:
+            return self._list(kind, namespaces, **({"field_selector": POD_FIELD_SELECTOR} if kind == "Pod" else {}))
+
+        # The listings are independent reads: a few at a time, so a read costs about its largest listing.
+        with ThreadPoolExecutor(max_workers=LISTING_THREADS, thread_name_prefix="snapshot") as pool:
+            version = pool.submit(self.server_version)
+            raw = dict(zip(self.listings, pool.map(listed, self.listings), strict=True))
+            return build_snapshot(raw, version.result(), policy_pool_label)
 
 
 def _convert_all(kind: str, objs: Sequence[Obj], convert: Callable[[Obj], T], skipped: dict[str, int]) -> list[T]:

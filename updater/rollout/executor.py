@@ -10,9 +10,11 @@ batches become a new ResizeRollout. A Halted rollout blocks its pool until a per
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -30,6 +32,7 @@ from updater.rollout.fallback import (
 )
 from updater.rollout.journal import (
     TERMINAL,
+    BatchPhase,
     BatchRecord,
     ContainerValues,
     Entry,
@@ -43,6 +46,8 @@ log = logging.getLogger("podtailor.updater")
 MAX_ENTRIES_PER_ROLLOUT = 1000
 """The journal is one object: about 700 bytes per entry keeps a rollout well under etcd's 1.5 MiB request
 limit. A pool with more pods to change is covered by consecutive rollouts (the rest is planned next)."""
+MAX_ROLLOUT_THREADS = 16
+"""Rollouts performed at once in a pass (more wait their turn); their resizes share ``parallelism`` threads."""
 
 
 def cap_entries(batches: Sequence[BatchRecord], entries: Sequence[Entry],
@@ -103,6 +108,25 @@ class PassResult:
     resized: int = 0
     writes: int = 0
     plans: tuple[tuple[RolloutPolicy, Plan], ...] = field(default_factory=tuple)
+    next_bake_end_s: float | None = None
+    """The earliest end of a bake in progress after the pass (the clock of ``now_s``): the next pass is due
+    then at the latest, so a loop with a long interval does not let a finished bake wait."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Step:
+    """One rollout's step in a pass, decided (pure) before anything is performed."""
+
+    old: Rollout
+    new: Rollout
+    effects: tuple[machine.Effect, ...]
+    create: bool = False
+    """A new rollout: created with this step's journal as its first status (the intent, before any resize)."""
+
+    @property
+    def sends(self) -> int:
+        """Slots the step takes from the global concurrency: every resize, eviction or template patch."""
+        return sum(1 for e in self.effects if not isinstance(e, machine.Event))
 
 
 def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
@@ -136,16 +160,21 @@ class Executor:
     def __init__(self, *, read: Callable[[], Any], planner: Callable[..., Plan], store: Store, resizer: Resizer,
                  recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
                  timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
-                 templates: Templates | None = None, metrics: UpdaterMetrics | None = None,
-                 parallelism: int = 8) -> None:
+                 templates: Templates | None = None, metrics: UpdaterMetrics | None = None, parallelism: int = 8,
+                 verify_poll_s: float = 1.0) -> None:
         self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
         self.evictor, self.templates = evictor, templates
         self.parallelism = max(1, parallelism)
-        """Resize requests in flight at once within a pass (each still carries its own preconditions)."""
+        """Resize requests in flight at once within a pass, over all rollouts (each carries its own preconditions)."""
+        self.verify_poll_s = verify_poll_s
+        """While a pass is still sending, how often an idle rollout's batch is re-read for verification (at
+        least twice the last read's duration apart, so a slow read on a big cluster is not repeated back to back)."""
+        self.read_s = 0.0
         self.policy_of = policy
         self.timeouts = timeouts
         self.metrics = metrics
         self.writes = 0
+        self._writes_lock = threading.Lock()
         self.workloads: dict[tuple[str, str, str], machine.WorkloadObservation] = {}
 
     def plan(self, now_s: float, rollouts: Sequence[Rollout] | None = None) -> tuple[Any, list[tuple[RolloutPolicy,
@@ -154,6 +183,9 @@ class Executor:
         in-place resize a journal found Infeasible go to the fallback."""
         snap = self.read()
         journals = rollouts if rollouts is not None else self.store.list()
+        return snap, self._plans(snap, journals, now_s)
+
+    def _plans(self, snap: Any, journals: Sequence[Rollout], now_s: float) -> list[tuple[RolloutPolicy, Plan]]:
         known, reverted = infeasible_uids(journals), reverted_templates(journals)
         plans = []
         for policy, pods in self.policy_of(snap):
@@ -162,30 +194,98 @@ class Executor:
                 limit_ranges=snap.limit_ranges, nodes=snap.nodes, policy=policy, now_s=now_s,
                 approvals=snap.approvals, pod_level_resize_supported=snap.pod_level_resize_supported)
             plans.append((policy, without_reverted(raw, reverted, policy)))
-        return snap, plans
+        return plans
+
+    def _read(self, now_s: float, pool: ThreadPoolExecutor) -> tuple[list[Rollout], Any, list[tuple[RolloutPolicy,
+                                                                                                     Plan]]]:
+        """The journals and the cluster, read at the same time, and the plans."""
+        t0 = time.monotonic()
+        journals = pool.submit(self.store.list)
+        snap = self.read()
+        everything = journals.result()
+        self.read_s = time.monotonic() - t0
+        return everything, snap, self._plans(snap, everything, now_s)
 
     def run_pass(self, now_s: float) -> PassResult:
-        everything = self.store.list()
-        snap, plans = self.plan(now_s, everything)
+        """Decide every open rollout's step (one after another, pure: the global slots are divided up front,
+        by rollout name), then perform the steps at once, a thread per rollout. While some are still sending,
+        the idle rollouts whose bake has ended or whose batch awaits verification are re-read and stepped
+        too, so one pool's large batch does not hold back the others. Returns when every step is done."""
+        t0, writes_before = time.monotonic(), self.writes
+        advanced: list[str] = []
+        latest: dict[str, Rollout] = {}  # each rollout as this pass last knew it
+        resized = 0
+        touched: dict[str, Rollout] = {}  # performed in this pass: our newest version of it
+        running: dict[Future[tuple[Rollout, int]], str] = {}
+        with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="resize") as sends, \
+                ThreadPoolExecutor(max_workers=MAX_ROLLOUT_THREADS, thread_name_prefix="rollout") as each:
+            everything, snap, plans = self._read(now_s, each)
+            first_plans, now = plans, now_s
+            steps, started = self._round(now, everything, snap, plans, touched, start_new=True)
+            while True:
+                for step in steps:
+                    advanced.append(step.old.name)
+                    latest[step.new.name] = step.new
+                    if step.effects or step.new != step.old or step.create:
+                        touched[step.new.name] = step.new
+                        running[each.submit(self._perform, step.old, step.new, step.effects, snap.observations,
+                                            now, sends, create=step.create)] = step.new.name
+                if not running:
+                    break
+                # The rollouts decided just now with nothing to do: when does one of them need a look again?
+                wake = self._wake_s([step.new for step in steps if step.new.name not in touched], now)
+                deadline = None if wake is None else time.monotonic() + wake
+                steps = []
+                while running and (deadline is None or time.monotonic() < deadline):
+                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        running.pop(f)
+                        r, n = f.result()  # a crash (any other exception) is raised here, after the others end
+                        touched[r.name], latest[r.name], resized = r, r, resized + n
+                if not running:
+                    break
+                now = now_s + (time.monotonic() - t0)
+                try:
+                    everything, snap, plans = self._read(now, each)
+                except KubeError as err:  # the next pass re-reads; finish what is in flight
+                    log.warning("re-read during the pass failed", extra={"error": str(err)})
+                    continue
+                steps, _ = self._round(now, everything, snap, plans, touched, start_new=False)
+        self._publish_open({**{r.name: r for r in everything}, **latest}.values())
+        bake_ends = [b.bake_until_s for r in latest.values() if r.phase == Phase.BAKING
+                     for b in r.batches[r.current_batch:r.current_batch + 1]
+                     if b.phase == BatchPhase.BAKING and b.bake_until_s is not None]
+        return PassResult(started=tuple(started), advanced=tuple(dict.fromkeys(advanced)), resized=resized,
+                          writes=self.writes - writes_before, plans=tuple(first_plans),
+                          next_bake_end_s=min(bake_ends, default=None))
+
+    def _round(self, now_s: float, everything: Sequence[Rollout], snap: Any,
+               plans: Sequence[tuple[RolloutPolicy, Plan]], touched: Mapping[str, Rollout],
+               start_new: bool) -> tuple[list[_Step], list[str]]:
+        """Decide the steps of the open rollouts not yet performed in this pass and, with ``start_new``,
+        create the rollouts of pools that need one; returns the steps and the names of the new rollouts."""
         names = {p.name for p, _ in plans}
         # Only the rollouts of policies that exist now: a deleted policy's rollouts stop where they are.
         rollouts = [r for r in everything if r.phase not in (Phase.COMPLETED, Phase.ROLLED_BACK)
                     and r.policy in names]
-        self.workloads = self._workloads(snap, rollouts)
-        in_flight = sum(1 for r in rollouts for e in r.entries if e.state in (EntryState.APPLYING, EntryState.APPLIED))
+        fresh = [r for r in rollouts if r.name not in touched]
+        self.workloads = self._workloads(snap, fresh)
+        counted = [*fresh, *touched.values()]
+        in_flight = sum(1 for r in counted for e in r.entries if e.state in (EntryState.APPLYING, EntryState.APPLIED))
         limit = min((p.max_concurrent for p, _ in plans), default=50)
         slots = max(0, limit - in_flight)
-        writes_before, advanced, started, resized = self.writes, [], [], 0
         by_name = {p.name: (p, plan) for p, plan in plans}
-        latest = {r.name: r for r in everything}
-        for r in sorted(rollouts, key=lambda r: r.name):
+        steps: list[_Step] = []
+        for r in sorted(fresh, key=lambda r: r.name):
             policy, plan = by_name.get(r.policy, (None, None))
-            timeouts = self._timeouts(policy)
             frozen = plan is not None and r.pool in plan.frozen_pools
-            r, n = self._step(r, snap, now_s, slots, timeouts, frozen=frozen)
-            slots, resized = max(0, slots - n), resized + n
-            advanced.append(r.name)
-            latest[r.name] = r
+            step = self._decide(r, snap, now_s, slots, self._timeouts(policy), frozen=frozen)
+            slots = max(0, slots - step.sends)
+            steps.append(step)
+        started: list[str] = []
+        if not start_new:
+            return steps, started
         busy = {(r.policy, r.pool) for r in rollouts}
         pods = {f"{p.namespace}/{p.name}": p for p in snap.pods}
         ready = {k: v.ready for k, v in self.workloads.items()}
@@ -200,28 +300,29 @@ class Executor:
                 batches, entries = cap_entries(batches + more_batches, entries + more, MAX_ENTRIES_PER_ROLLOUT)
                 if not entries:
                     continue
-                new = self.store.create(Rollout(name=rollout_name(policy.name, pool, now_s), pool=pool,
-                                                policy=policy.name, batches=tuple(batches), entries=tuple(entries)))
-                self.writes += 2
-                started.append(new.name)
-                self.workloads.update(self._workloads(snap, [new]))  # read its templates before its first step
-                self._event(new, machine.Event(namespace="", pod=None, reason="RolloutStarted",
-                                               message=f"pool {pool}: {len(entries)} pods in {len(batches)} batches"))
-                new, n = self._step(new, snap, now_s, slots, self._timeouts(policy), frozen=False)
-                slots, resized = max(0, slots - n), resized + n
-                latest[new.name] = new
-        self._publish_open(latest.values())
-        return PassResult(started=tuple(started), advanced=tuple(advanced), resized=resized,
-                          writes=self.writes - writes_before, plans=tuple(plans))
+                draft = Rollout(name=rollout_name(policy.name, pool, now_s), pool=pool, policy=policy.name,
+                                batches=tuple(batches), entries=tuple(entries))
+                started.append(draft.name)
+                self.workloads.update(self._workloads(snap, [draft]))  # read its templates before its first step
+                step = self._decide(draft, snap, now_s, slots, self._timeouts(policy), frozen=False)
+                slots = max(0, slots - step.sends)
+                steps.append(replace(step, create=True))
+        return steps, started
 
-    def _publish_open(self, rollouts: Iterable[Rollout]) -> None:
-        """The open-rollouts gauge: rollouts not Completed or RolledBack, by pool and phase, as of this pass."""
-        if self.metrics is None:
-            return
-        counts = Counter((r.pool, r.phase.value) for r in rollouts if r.phase not in TERMINAL)
-        self.metrics.open_rollouts.clear()
-        for (pool, state), n in counts.items():
-            self.metrics.open_rollouts.labels(pool=pool, state=state).set(n)
+    def _wake_s(self, idle: Sequence[Rollout], now_s: float) -> float | None:
+        """Seconds until an idle rollout has something to do while others are still sending: its bake ends,
+        or (every ``verify_poll_s``, or twice the last read's duration) its batch may have been verified. None:
+        nothing before the pass ends."""
+        waits = []
+        for r in idle:
+            if r.phase not in (Phase.PROGRESSING, Phase.BAKING) or r.current_batch >= len(r.batches):
+                continue
+            batch = r.batches[r.current_batch]
+            if batch.phase == BatchPhase.BAKING and batch.bake_until_s is not None:
+                waits.append(max(0.0, batch.bake_until_s - now_s))
+            elif batch.phase == BatchPhase.VERIFYING:
+                waits.append(max(self.verify_poll_s, 2 * self.read_s))
+        return min(waits, default=None)
 
     def _timeouts(self, policy: RolloutPolicy | None) -> machine.Timeouts:
         if self.timeouts is not None:
@@ -231,15 +332,23 @@ class Executor:
         return machine.Timeouts(verify_s=policy.in_progress_timeout_s, deferred_s=policy.deferred_timeout_s)
 
     # ----------------------------------------------------------------------------------------------------
-    def _step(self, r: Rollout, snap: Any, now_s: float, slots: int, timeouts: machine.Timeouts,
-              frozen: bool) -> tuple[Rollout, int]:
+    def _decide(self, r: Rollout, snap: Any, now_s: float, slots: int, timeouts: machine.Timeouts,
+                frozen: bool) -> _Step:
+        """The rollout's next step, decided but not performed (a Halted one closed here if retry was asked)."""
         if r.phase == Phase.HALTED:
             if self.store.retry_requested(r.name):
                 r = self._save(replace(r, phase=Phase.ROLLED_BACK, message=f"closed by retry; {r.message}"))
-            return r, 0
+            return _Step(old=r, new=r, effects=())
         new, effects = machine.advance(r, snap.observations, now_s, slots=slots, timeouts=timeouts, frozen=frozen,
                                        workloads=self.workloads)
-        return self._perform(r, new, effects, snap.observations, now_s)
+        return _Step(old=r, new=new, effects=tuple(effects))
+
+    def perform(self, old: Rollout, new: Rollout, effects: Sequence[machine.Effect],
+                obs: Mapping[str, PodObservation], now_s: float) -> tuple[Rollout, int]:
+        """Perform one decided step outside a pass (the ``rollback`` command); returns the rollout as saved
+        and how many effects succeeded."""
+        with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="resize") as sends:
+            return self._perform(old, new, tuple(effects), obs, now_s, sends)
 
     def _workloads(self, snap: Any, rollouts: Sequence[Rollout]) -> dict[tuple[str, str, str],
                                                                           machine.WorkloadObservation]:
@@ -258,13 +367,19 @@ class Executor:
         return {k: machine.WorkloadObservation(ready=ready.get(k, 0), template=templates.get(k)) for k in keys}
 
     def _perform(self, old: Rollout, r: Rollout, effects: Sequence[machine.Effect],
-                 obs: Mapping[str, PodObservation], now_s: float) -> tuple[Rollout, int]:
+                 obs: Mapping[str, PodObservation], now_s: float, sends: ThreadPoolExecutor,
+                 create: bool = False) -> tuple[Rollout, int]:
         resizes = [e for e in effects if not isinstance(e, machine.Event)]
         try:
-            if resizes or r != old:
+            if create:  # the object and its first status: the intent is durable before anything is done
+                r = self.store.create(r)
+                self._count(2)
+                self._event(r, machine.Event(namespace="", pod=None, reason="RolloutStarted", message=(
+                    f"pool {r.pool}: {len(r.entries)} pods in {len(r.batches)} batches")))
+            elif resizes or r != old:
                 r = self._save(r)  # the intent is durable before anything is done
             done = 0
-            sent = self._send_resizes([rz for rz in resizes if isinstance(rz, machine.Resize)], obs)
+            sent = self._send_resizes([rz for rz in resizes if isinstance(rz, machine.Resize)], obs, sends)
             for rz in resizes:
                 if isinstance(rz, machine.Resize):
                     r, ok = self._settle_resize(r, rz, sent.get(rz.key), now_s)
@@ -281,9 +396,10 @@ class Executor:
                 self._event(r, ev, obs)
         return r, done
 
-    def _send_resizes(self, resizes: Sequence[machine.Resize],
-                      obs: Mapping[str, PodObservation]) -> dict[str, int | Exception]:
-        """Send the resizes of one step in parallel (bounded); outcome per pod key: generation or error."""
+    def _send_resizes(self, resizes: Sequence[machine.Resize], obs: Mapping[str, PodObservation],
+                      sends: ThreadPoolExecutor) -> dict[str, int | Exception]:
+        """Send the resizes of one step through the pass's bounded pool; outcome per pod key: generation or
+        error."""
         def send(rz: machine.Resize) -> tuple[str, int | Exception]:
             o = obs.get(rz.key)
             if o is None:
@@ -295,8 +411,7 @@ class Executor:
 
         if len(resizes) <= 1:
             return dict(send(rz) for rz in resizes)
-        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(resizes))) as pool:
-            return dict(pool.map(send, resizes))
+        return dict(sends.map(send, resizes))
 
     def _settle_resize(self, r: Rollout, rz: machine.Resize, outcome: int | Exception | None,
                        now_s: float) -> tuple[Rollout, int]:
@@ -310,7 +425,7 @@ class Executor:
             self._count_resize("refused")
             return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s,
                                   error=str(outcome)), 0
-        self.writes += 1
+        self._count(1)
         self._count_resize("ok")
         return machine.settle(r, rz.key, rz.purpose, ok=True, generation=outcome, now_s=now_s), 1
 
@@ -325,7 +440,7 @@ class Executor:
                 if self.templates is None:
                     raise KubeError("no template patcher configured")
                 self.templates.patch(fx.namespace, fx.kind, fx.name, fx.values)
-            self.writes += 1
+            self._count(1)
         except KubeError as err:
             log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
             self._count_fallback(purpose, "retry" if isinstance(err, TemporaryKubeError) else "refused")
@@ -342,9 +457,22 @@ class Executor:
         if self.metrics is not None:
             self.metrics.fallbacks.labels(mode=mode, outcome=outcome).inc()
 
+    def _publish_open(self, rollouts: Iterable[Rollout]) -> None:
+        """The open-rollouts gauge: rollouts not Completed or RolledBack, by pool and phase, as of this pass."""
+        if self.metrics is None:
+            return
+        counts = Counter((r.pool, r.phase.value) for r in rollouts if r.phase not in TERMINAL)
+        self.metrics.open_rollouts.clear()
+        for (pool, state), n in counts.items():
+            self.metrics.open_rollouts.labels(pool=pool, state=state).set(n)
+
     def _save(self, r: Rollout) -> Rollout:
-        self.writes += 1
+        self._count(1)
         return self.store.save(r)
+
+    def _count(self, writes: int) -> None:
+        with self._writes_lock:  # rollouts are performed on threads of their own
+            self.writes += writes
 
     def _event(self, r: Rollout, ev: machine.Event, obs: Mapping[str, PodObservation] | None = None) -> None:
         if ev.pod:

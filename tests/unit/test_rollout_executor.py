@@ -1,0 +1,243 @@
+"""The executor's pass: the rollouts of different pools are performed at once, under the global cap.
+
+Small fakes for the ports (store, resizer, recorder); the state machine is the real one. Each test builds
+open rollouts whose current batch is Pending, so the pass starts them: intent saved, then resizes sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs
+from updater.observe import PodObservation
+from updater.policy.types import Plan, PodView, RolloutPolicy
+from updater.rollout import machine
+from updater.rollout.executor import Executor
+from updater.rollout.journal import BatchPhase, BatchRecord, EntryState, Phase, Rollout
+from updater.rollout.store import Conflict
+
+
+def pool_rollout(pool: str, pods: int) -> Rollout:
+    entries = tuple(replace(entry(f"{pool}-{i}", 0), namespace="ns") for i in range(pods))
+    return Rollout(name=f"bench-{pool}", pool=pool, policy="bench", entries=entries, resource_version="1",
+                   batches=(BatchRecord(index=0, step=0, bake_s=10.0, gates=("oom",)),))
+
+
+@dataclass
+class Snap:
+    observations: dict[str, PodObservation]
+    pods: tuple[PodView, ...] = ()
+    targets: tuple[Any, ...] = ()
+    hpas: tuple[Any, ...] = ()
+    limit_ranges: tuple[Any, ...] = ()
+    nodes: tuple[Any, ...] = ()
+    approvals: tuple[Any, ...] = ()
+    pod_level_resize_supported: bool = True
+
+
+@dataclass
+class Store:
+    rollouts: list[Rollout]
+    saved: list[Rollout] = field(default_factory=list)
+    conflict_on: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def list(self) -> list[Rollout]:
+        return list(self.rollouts)
+
+    def create(self, r: Rollout) -> Rollout:
+        raise AssertionError("no rollout is created in these tests")
+
+    def save(self, r: Rollout) -> Rollout:
+        if r.name == self.conflict_on:
+            raise Conflict(r.name)
+        with self.lock:
+            self.saved.append(r)
+        return replace(r, resource_version=str(int(r.resource_version or "0") + 1))
+
+    def retry_requested(self, name: str) -> bool:
+        return False
+
+    def entry_state(self, key: str) -> EntryState | None:
+        """The state of the pod's entry in the newest saved journal that names it."""
+        with self.lock:
+            for r in reversed(self.saved):
+                for e in r.entries:
+                    if e.key == key:
+                        return e.state
+        return None
+
+
+class Resizer:
+    """Records each call and the journal state of the pod at that moment; ``barrier``: calls wait until that
+    many are in flight together (a pass that sends the pools one after another would time out here)."""
+
+    def __init__(self, store: Store, barrier: int = 0) -> None:
+        self.store = store
+        self.barrier = threading.Barrier(barrier) if barrier else None
+        self.lock = threading.Lock()
+        self.calls: list[str] = []
+        self.intent_at_send: dict[str, EntryState | None] = {}
+
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        key = f"{namespace}/{pod}"
+        with self.lock:
+            self.calls.append(key)
+            self.intent_at_send[key] = self.store.entry_state(key)
+        if self.barrier is not None:
+            self.barrier.wait(timeout=5)
+        return 2
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def record(self, *, namespace: str, kind: str, name: str, uid: str, reason: str, message: str,
+               warning: bool = False) -> None:
+        self.reasons.append(reason)
+
+
+def executor(rollouts: list[Rollout], *, max_concurrent: int = 50, barrier: int = 0,
+             conflict_on: str = "", parallelism: int = 8) -> tuple[Executor, Store, Resizer, Recorder]:
+    observations = {e.key: obs(e.pod, OLD) for r in rollouts for e in r.entries}
+    store = Store(rollouts=rollouts, conflict_on=conflict_on)
+    resizer, recorder = Resizer(store, barrier), Recorder()
+    policy = RolloutPolicy(name="bench", max_concurrent=max_concurrent)
+    ex = Executor(read=lambda: Snap(observations=observations), planner=lambda **_: Plan(decisions=(), batches=()),
+                  store=store, resizer=resizer, recorder=recorder, policy=lambda snap: [(policy, [])],
+                  parallelism=parallelism)
+    return ex, store, resizer, recorder
+
+
+def test_the_pools_are_sent_at_once_and_each_intent_is_saved_first() -> None:
+    # One client thread per pool's pod: the barrier only opens when both pools have a resize in flight.
+    ex, store, resizer, recorder = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)], barrier=2)
+    out = ex.run_pass(NOW)
+    assert sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"] and out.resized == 2 and out.next_bake_end_s is None
+    assert set(resizer.intent_at_send.values()) == {EntryState.APPLYING}  # journaled before it was sent
+    # Per rollout: intent, outcome (2 saves) and one resize each.
+    assert out.writes == 2 * 2 + 2 and ex.writes == 6
+    final = {r.name: r for r in store.saved}
+    assert {e.state for r in final.values() for e in r.entries} == {EntryState.APPLIED}
+    assert sorted(recorder.reasons) == ["BatchStarted", "BatchStarted"]
+
+
+def test_the_global_cap_is_divided_up_front_by_rollout_name() -> None:
+    # max_concurrent 5 over two pools of 4: "bench-p1" takes 4, "bench-p2" the 1 left; 5 sent in all.
+    ex, store, resizer, _ = executor([pool_rollout("p2", 4), pool_rollout("p1", 4)], max_concurrent=5)
+    out = ex.run_pass(NOW)
+    assert out.resized == 5 and len(resizer.calls) == 5
+    assert sorted(k for k in resizer.calls if k.startswith("ns/p1")) == [f"ns/p1-{i}" for i in range(4)]
+    assert [k for k in resizer.calls if k.startswith("ns/p2")] == ["ns/p2-0"]
+    last = {r.name: r for r in store.saved}
+    assert [e.state for e in last["bench-p2"].entries] == [EntryState.APPLIED] + [EntryState.PLANNED] * 3
+
+
+def test_a_conflict_on_one_rollout_sends_nothing_for_it_and_leaves_the_other_pool_alone() -> None:
+    ex, store, resizer, recorder = executor([pool_rollout("p1", 2), pool_rollout("p2", 2)], conflict_on="bench-p1")
+    out = ex.run_pass(NOW)
+    assert sorted(resizer.calls) == ["ns/p2-0", "ns/p2-1"] and out.resized == 2
+    assert {r.name for r in store.saved} == {"bench-p2"}
+    assert recorder.reasons == ["BatchStarted"]  # the conflicted step's Events are not emitted
+
+
+class Crash(Exception):
+    """Stands for the process dying mid-batch."""
+
+
+def test_a_crash_in_one_pool_is_raised_after_the_other_pools_step_is_recorded() -> None:
+    ex, store, resizer, _ = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)])
+
+    def dying(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        if pod.startswith("p1"):
+            raise Crash(pod)
+        return 2
+
+    resizer.resize = dying  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        ex.run_pass(NOW)
+    by_name: dict[str, list[Rollout]] = {}
+    for r in store.saved:
+        by_name.setdefault(r.name, []).append(r)
+    assert [e.state for e in by_name["bench-p1"][-1].entries] == [EntryState.APPLYING]  # intent only
+    assert [e.state for e in by_name["bench-p2"][-1].entries] == [EntryState.APPLIED]
+    assert by_name["bench-p2"][-1].phase == Phase.PROGRESSING
+
+
+
+def test_a_bake_that_ends_while_another_pool_is_sending_starts_its_next_batch_in_the_same_pass() -> None:
+    # p1 starts a batch whose resize is slow (it waits for p2's); p2 is baking batch 1 until NOW + 0.3 s. A pass
+    # that waited for p1 before looking at p2 again would time out in the resizer after 5 s.
+    p1 = pool_rollout("p1", 1)
+    baked = replace(entry("p2-0", 0), state=EntryState.VERIFIED, applied_s=NOW - 60)
+    p2 = Rollout(name="bench-p2", pool="p2", policy="bench", resource_version="1", phase=Phase.BAKING,
+                 entries=(baked, entry("p2-1", 1)),
+                 batches=(BatchRecord(index=0, step=0, bake_s=10.0, gates=("oom",), phase=BatchPhase.BAKING,
+                                      started_s=NOW - 70, bake_until_s=NOW + 0.3),
+                          BatchRecord(index=1, step=1, bake_s=10.0, gates=("oom",))))
+    ex, store, resizer, recorder = executor([p1, p2])
+    p2_sent = threading.Event()
+
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        resizer.calls.append(f"{namespace}/{pod}")
+        if pod == "p1-0" and not p2_sent.wait(timeout=5):
+            raise AssertionError("p2's next batch was not started while p1 was sending")
+        p2_sent.set()
+        return 2
+
+    resizer.resize = slow  # type: ignore[method-assign]
+    out = ex.run_pass(NOW)
+    assert resizer.calls == ["ns/p1-0", "ns/p2-1"] and out.resized == 2
+    last = {r.name: r for r in store.saved}
+    assert [b.phase for b in last["bench-p2"].batches] == [BatchPhase.DONE, BatchPhase.VERIFYING]
+    assert last["bench-p2"].batches[1].started_s is not None and last["bench-p2"].batches[1].started_s > NOW + 0.3
+    assert sorted(recorder.reasons) == ["BatchStarted", "BatchStarted"]
+
+
+def test_perform_outside_a_pass_restores_a_rolled_back_pod() -> None:
+    # The rollback command: a Verified pod whose spec has the new values is sent back to its recorded ones.
+    done = replace(entry("p1-0", 0), state=EntryState.VERIFIED)
+    r = replace(pool_rollout("p1", 1), entries=(done,), phase=Phase.ROLLING_BACK, rollback_all=True)
+    ex, _, resizer, _ = executor([r])
+    observations = {"ns/p1-0": obs("p1-0", NEW)}
+    new, effects = machine.advance(r, observations, NOW)
+    saved, ok = ex.perform(r, new, effects, observations, NOW)
+    assert ok == 1 and resizer.calls == ["ns/p1-0"]
+    assert [e.state for e in saved.entries] == [EntryState.REVERTED] and saved.resource_version == "3"
+
+
+def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_same_pass() -> None:
+    # p2's pod was resized, not yet actuated when the pass read it; it is actuated while p1 sends, and the
+    # re-read (every verify_poll_s) finds it Verified: p2 starts baking before p1's resize returns.
+    p1 = pool_rollout("p1", 1)
+    applied = replace(entry("p2-0", 0), state=EntryState.APPLIED, generation=2, applied_s=NOW - 1)
+    p2 = Rollout(name="bench-p2", pool="p2", policy="bench", resource_version="1", entries=(applied,),
+                 batches=(BatchRecord(index=0, step=0, bake_s=10.0, gates=("oom",), phase=BatchPhase.VERIFYING,
+                                      started_s=NOW - 2, deadline_s=NOW + 600),))
+    ex, store, resizer, recorder = executor([p1, p2])
+    ex.verify_poll_s = 0.05
+    observations = ex.read().observations
+    observations["ns/p2-0"] = obs("p2-0", NEW, OLD, generation=2, observed=2)  # spec changed, not actuated
+
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        observations["ns/p2-0"] = obs("p2-0", NEW, generation=2, observed=2)  # the kubelet caught up
+        for _ in range(100):
+            if any(r.name == "bench-p2" and r.phase == Phase.BAKING for r in store.saved):
+                return 2
+            time.sleep(0.05)
+        raise AssertionError("p2 was not verified while p1 was sending")
+
+    resizer.resize = slow  # type: ignore[method-assign]
+    out = ex.run_pass(NOW)
+    assert out.resized == 1
+    [baking] = [r for r in store.saved if r.name == "bench-p2"]
+    assert baking.entries[0].state == EntryState.VERIFIED and baking.batches[0].phase == BatchPhase.BAKING
+    assert baking.batches[0].bake_until_s is not None and baking.batches[0].bake_until_s > NOW + 10.0
+    assert out.next_bake_end_s == baking.batches[0].bake_until_s  # the run loop's next pass is due then
+    assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified"]
