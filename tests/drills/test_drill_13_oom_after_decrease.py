@@ -97,8 +97,13 @@ def test_drill_13_oom_after_decrease_reverts_exactly_and_halts_the_pool(
     assert not bad, bad
     row.prove("generations: canary pods +2 (apply, revert), the 8 others +0, matching the journal")
     # The updater resized the victim exactly twice: the decrease and the restore (a memory bump is the
-    # recommender's business, not a hot retry of the updater's).
-    assert [c.ok for c in s.calls.of("resize") if c.uid == victim.uid] == [True, True]
+    # recommender's business, not a hot retry of the updater's). A call refused on its resourceVersion
+    # precondition changed nothing (the OOM kill's status update can land between the read and the restore):
+    # it is re-read and re-sent next pass (no hot loop: at most one such retry per resize), and is no resize.
+    calls = [c for c in s.calls.of("resize") if c.uid == victim.uid]
+    refused = [c for c in calls if not c.ok]
+    assert sum(c.ok for c in calls) == 2 and calls[-1].ok, calls
+    assert len(refused) <= 2 and all(c.error == f"{victim.namespace}/{victim.pod}" for c in refused), refused
     # An explicit retry closes the halted rollout; the pool is planned afresh.
     sim.set_usage(s.ns, victim.pod, "app", Constant(cpu_cores=0.1, memory_bytes=100 * Mi))
     s.custom.patch_cluster_custom_object("podtailor.io", "v1alpha1", "resizerollouts", r.name,
