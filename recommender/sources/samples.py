@@ -10,7 +10,6 @@ ReplicaSet generations, under one ``ContainerKey``). A key with no sample at all
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,13 +110,13 @@ def value_at(series: Series | None, t: float) -> float | None:
 class PodUsage:
     """Accumulator for one (namespace, pod, container) over the chunks of a pass."""
 
-    cpu: list[Series] = field(default_factory=list)
-    memory: list[Series] = field(default_factory=list)
-    throttle: list[Series] = field(default_factory=list)
+    cpu: list[Samples] = field(default_factory=list)
+    memory: list[Samples] = field(default_factory=list)
+    throttle: list[Samples] = field(default_factory=list)
     ooms: list[OomKill] = field(default_factory=list)
 
 
-def _pool(parts: list[Series]) -> Samples:
+def _pool(parts: list[Samples]) -> Samples:
     if not parts:
         return Samples.empty()
     ts = np.concatenate([p.timestamps_s for p in parts])
@@ -126,21 +125,27 @@ def _pool(parts: list[Series]) -> Samples:
     return Samples(timestamps_s=ts[order], values=values[order])
 
 
-def build_batches(usage: Mapping[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
+def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
                   memory_interval_s: float) -> dict[ContainerKey, UsageBatch]:
-    """One batch per workload container that has at least one sample or OOM kill; pods pooled."""
+    """One batch per workload container that has at least one sample or OOM kill; pods pooled.
+
+    Takes ``usage`` over and leaves it empty: each key's pod series are let go as soon as they are pooled,
+    so a pass never holds the whole history twice (per pod and pooled)."""
     grouped: dict[ContainerKey, list[PodUsage]] = {}
     for (namespace, pod, container), pod_usage in sorted(usage.items()):
         workload = owners.workload(namespace, pod)
         key = ContainerKey(namespace=namespace, workload_kind=workload.kind, workload_name=workload.name,
                            container=container)
         grouped.setdefault(key, []).append(pod_usage)
+    usage.clear()
     out: dict[ContainerKey, UsageBatch] = {}
-    for key, pods in grouped.items():
+    for key in list(grouped):
+        pods = grouped.pop(key)
         cpu = _pool([s for p in pods for s in p.cpu])
         memory = _pool([s for p in pods for s in p.memory])
         throttle = _pool([s for p in pods for s in p.throttle])
         ooms = tuple(sorted((o for p in pods for o in p.ooms), key=lambda o: o.timestamp_s))
+        del pods
         if len(cpu) == 0 and len(memory) == 0 and len(throttle) == 0 and not ooms:
             continue
         out[key] = UsageBatch(cpu_cores=cpu, cpu_interval_s=cpu_interval_s, memory_peak_bytes=memory,
