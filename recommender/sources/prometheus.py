@@ -169,9 +169,9 @@ class PrometheusSource:
             raise PermanentSourceError(f"expected a {result_type} result", endpoint=fetched.endpoint)
         return data.get("result")
 
-    def _matrix(self, fetched: Fetched) -> list[Series]:
+    def _matrix(self, fetched: Fetched, grid: GridRange) -> list[Series]:
         try:
-            return parse_matrix(self._data(fetched, "matrix"))
+            return parse_matrix(self._data(fetched, "matrix"), grid)
         except ValueError as err:
             raise PermanentSourceError(f"malformed matrix: {err}", endpoint="query_range") from err
 
@@ -222,14 +222,15 @@ class PrometheusSource:
                                       self._labels(next(answers)))
         for chunk in parts:
             for field_name in ("cpu", "memory", "throttle"):
-                for series in self._matrix(next(answers)):
+                for series in self._matrix(next(answers), chunk):
                     clean = drop_invalid(series, dropped)
                     if len(clean.values):
                         getattr(usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
                             Samples(timestamps_s=clean.timestamps_s, values=clean.values))
             baseline_s = chunk.first_s - chunk.step_s
             events: dict[PodKey, list[tuple[float, int]]] = {}
-            for series in self._matrix(next(answers)):
+            with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
+            for series in self._matrix(next(answers), with_baseline):
                 found = oom_increments(drop_invalid(series, dropped), baseline_s)
                 if found:
                     events[series.pod_key] = found
@@ -242,7 +243,7 @@ class PrometheusSource:
                      dropped: Counter[str]) -> None:
         resources: dict[str, dict[PodKey, Series]] = {}
         for kind in ("limits", "requests"):
-            series = self._matrix(wire.now(*self._range_form(promql.memory_resource_query(scope, kind), chunk)))
+            series = self._matrix(wire.now(*self._range_form(promql.memory_resource_query(scope, kind), chunk)), chunk)
             resources[kind] = {s.pod_key: drop_invalid(s, dropped) for s in series}
         for key, found in events.items():
             for t, count in found:

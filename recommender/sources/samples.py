@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from recommender.model.types import ContainerKey, FloatArray, OomKill, Samples, UsageBatch
+from recommender.sources.grid import GridRange
 from recommender.sources.owners import OwnerIndex
 
 PodKey = tuple[str, str, str]
@@ -39,10 +40,23 @@ def _labels(item: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in item["metric"].items()}
 
 
-def parse_matrix(result: object) -> list[Series]:
-    """``data.result`` of a query_range (resultType matrix); ValueError if it is not that shape."""
+def grid_times(grid: GridRange) -> FloatArray:
+    """The evaluation times of ``grid`` as one read-only array, to be shared by every series on the full grid."""
+    times = grid.first_s + grid.step_s * np.arange(grid.points, dtype=np.float64)
+    times.flags.writeable = False
+    return times
+
+
+def parse_matrix(result: object, grid: GridRange | None = None) -> list[Series]:
+    """``data.result`` of a query_range (resultType matrix); ValueError if it is not that shape.
+
+    With the request's ``grid``, a series with a sample at every grid time (first and last times and count
+    as asked: a range query evaluates at start + k x step only) shares one read-only array of those times
+    instead of converting its own: half the conversions, and half the memory of the per-pod series. Any
+    other series has its times converted one by one."""
     if not isinstance(result, list):
         raise ValueError("result is not a list")
+    full = None if grid is None else grid_times(grid)
     out = []
     for item in result:
         labels = _labels(item)
@@ -50,7 +64,11 @@ def parse_matrix(result: object) -> list[Series]:
         if not isinstance(pairs, list):
             raise ValueError("matrix item without values")
         try:
-            ts = np.array([float(p[0]) for p in pairs], dtype=np.float64)
+            if (full is not None and grid is not None and len(pairs) == len(full)
+                    and float(pairs[0][0]) == grid.first_s and float(pairs[-1][0]) == grid.last_s):
+                ts = full
+            else:
+                ts = np.array([float(p[0]) for p in pairs], dtype=np.float64)
             values = np.array([float(p[1]) for p in pairs], dtype=np.float64)
         except (TypeError, ValueError, IndexError) as err:
             raise ValueError(f"malformed sample: {err}") from err

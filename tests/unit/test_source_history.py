@@ -133,6 +133,23 @@ def test_parse_matrix_reads_prometheus_strings_including_nan_and_inf() -> None:
         parse_matrix([{"metric": {}, "values": [["x", "1"]]}])
 
 
+def test_series_on_the_full_grid_share_one_read_only_array_of_times() -> None:
+    grid = GridRange(first_s=T0, last_s=T0 + 120, step_s=60)
+    full = [[T0, "1"], [T0 + 60, "2"], [T0 + 120, "NaN"]]
+    gap = [[T0, "4"], [T0 + 120, "5"]]  # no sample at T0+60
+    a, b, c = parse_matrix([{"metric": {"pod": "a"}, "values": full}, {"metric": {"pod": "b"}, "values": full},
+                            {"metric": {"pod": "c"}, "values": gap}], grid)
+    assert a.timestamps_s is b.timestamps_s and not a.timestamps_s.flags.writeable
+    assert a.timestamps_s.tolist() == [T0, T0 + 60, T0 + 120] and a.values[:2].tolist() == [1, 2]
+    assert np.isnan(a.values[2])
+    assert c.timestamps_s.tolist() == [T0, T0 + 120] and c.values.tolist() == [4, 5]
+    shifted = [[T0 + 60, "1"], [T0 + 120, "2"], [T0 + 180, "3"]]  # right count, other times: converted
+    [d] = parse_matrix([{"metric": {}, "values": shifted}], grid)
+    assert d.timestamps_s.tolist() == [T0 + 60, T0 + 120, T0 + 180]
+    with pytest.raises(ValueError):
+        parse_matrix([{"metric": {}, "values": [[T0, "1"], [T0 + 60, None], [T0 + 120, "3"]]}], grid)
+
+
 def test_drop_invalid_counts_by_reason_and_never_fills_zeros() -> None:
     dropped: Counter[str] = Counter()
     clean = drop_invalid(_series([0.5, float("nan"), float("inf"), -1.0, float("-inf"), 0.0, 2.0]), dropped)
