@@ -11,7 +11,9 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
    counter), plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
 
 So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
-in the number of workloads or pods. OOM kills come from increases of cAdvisor's
+in the number of workloads or pods. They go out one at a time and in order, on one worker thread, each while
+the answer before it is decoded (``_Wire``), with the garbage collector paused for the pass (``_gc_paused``).
+OOM kills come from increases of cAdvisor's
 ``container_oom_events_total`` between steps, joined client-side with the kube-state-metrics memory
 limit and request at that step. (``kube_pod_container_status_last_terminated_reason`` only says the last
 termination was an OOM kill, so it cannot count repeated kills nor date them; its weakness is ours to
