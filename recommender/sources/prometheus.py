@@ -13,9 +13,9 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
 So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
 in the number of workloads or pods. They go out one at a time and in order, on one worker thread, each while
 the answer before it is decoded (``_Wire``), with the garbage collector paused for the pass (``_gc_paused``).
-OOM kills come from increases of cAdvisor's
-``container_oom_events_total`` between steps, joined client-side with the kube-state-metrics memory
-limit and request at that step. (``kube_pod_container_status_last_terminated_reason`` only says the last
+OOM kills come from increases of cAdvisor's ``container_oom_events_total`` between steps, joined
+client-side with the kube-state-metrics memory limit and request at that step.
+(``kube_pod_container_status_last_terminated_reason`` only says the last
 termination was an OOM kill, so it cannot count repeated kills nor date them; its weakness is ours to
 accept in the other direction: an event that cAdvisor never exported before the container was replaced
 is missed.) Per-pod series are pooled per workload container by ``samples.build_batches``.
