@@ -11,9 +11,11 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
    counter), plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
 
 So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
-in the number of workloads or pods. OOM kills come from increases of cAdvisor's
-``container_oom_events_total`` between steps, joined client-side with the kube-state-metrics memory
-limit and request at that step. (``kube_pod_container_status_last_terminated_reason`` only says the last
+in the number of workloads or pods. They go out one at a time and in order, on one worker thread, each while
+the answer before it is decoded (``_Wire``), with the garbage collector paused for the pass (``_gc_paused``).
+OOM kills come from increases of cAdvisor's ``container_oom_events_total`` between steps, joined
+client-side with the kube-state-metrics memory limit and request at that step.
+(``kube_pod_container_status_last_terminated_reason`` only says the last
 termination was an OOM kill, so it cannot count repeated kills nor date them; its weakness is ours to
 accept in the other direction: an event that cAdvisor never exported before the container was replaced
 is missed.) Per-pod series are pooled per workload container by ``samples.build_batches``.
@@ -21,16 +23,19 @@ is missed.) Per-pod series are pooled per workload container by ``samples.build_
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import requests
 from prometheus_client import CollectorRegistry
 
-from recommender.model.types import ContainerKey, OomKill, UsageBatch
+from recommender.model.types import ContainerKey, OomKill, Samples, UsageBatch
 from recommender.sources import promql
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.config import PrometheusConfig
@@ -48,7 +53,7 @@ from recommender.sources.samples import (
     parse_vector_labels,
     value_at,
 )
-from recommender.sources.transport import SourceMetrics, Transport
+from recommender.sources.transport import Fetched, Form, SourceMetrics, Transport
 
 __all__ = ["PrometheusConfig", "PrometheusSource"]
 
@@ -57,6 +62,24 @@ log = logging.getLogger(__name__)
 
 def _t(seconds: float) -> str:
     return repr(float(seconds))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a pass decodes its responses.
+
+    A range response decodes into about a million small lists and strings, each tracked by the collector, and
+    allocating them sets off collections that walk every tracked object again and again: two thirds of the
+    decoding time (measured on a 1,000-container pass: 1.6 s of CPU with the collector, 0.5 s without). The
+    decoded JSON holds no reference cycle and is freed by reference counting as soon as its arrays are built,
+    so nothing piles up while the collector waits; it is switched back on (if it was on) when the pass ends."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class PrometheusSource:
@@ -89,17 +112,19 @@ class PrometheusSource:
         if grid is None or not names:
             return {}
         sent_before = self.request_count
-        scopes, listed = self._plan(names, grid)
         usage: dict[PodKey, PodUsage] = {}
         dropped: Counter[str] = Counter()
-        parts = chunks(grid, self._chunk_points(scopes, listed))
-        owners, failed, error = self._read_scopes(scopes, grid, parts, usage, dropped)
+        with _gc_paused(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-fetch") as pool:
+            wire = _Wire(self._transport, pool)
+            scopes, listed = self._plan(wire, names, grid)
+            parts = chunks(grid, self._chunk_points(scopes, listed))
+            owners, failed, error = self._read_scopes(wire, scopes, grid, parts, usage, dropped)
         if error is not None and failed >= set(names):
             raise error
         usage = {k: u for k, u in usage.items() if k[0] not in failed}  # nothing from a half-read namespace
+        self._report(dropped, usage, owners, {k for k in listed if k[0] not in failed})
         batches = build_batches(usage, owners, cpu_interval_s=float(self.config.step_s),
                                 memory_interval_s=float(self.config.step_s))
-        self._report(dropped, usage, owners, {k for k in listed if k[0] not in failed})
         log.info("usage history read", extra={
             "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),
             "requests": self.request_count - sent_before, "start_s": grid.first_s, "end_s": grid.last_s,
@@ -110,7 +135,7 @@ class PrometheusSource:
                                      status=error.status)
         return batches
 
-    def _read_scopes(self, scopes: list[promql.Scope], grid: GridRange, parts: list[GridRange],
+    def _read_scopes(self, wire: _Wire, scopes: list[promql.Scope], grid: GridRange, parts: list[GridRange],
                      usage: dict[PodKey, PodUsage], dropped: Counter[str],
                      ) -> tuple[OwnerIndex, set[str], TemporarySourceError | None]:
         """Reads every scope; a scope still failing after retries marks its namespaces failed and the pass
@@ -120,9 +145,7 @@ class PrometheusSource:
             if failed.issuperset(scope.namespaces):
                 continue  # another page of a namespace already lost: spare a struggling backend
             try:
-                scope_owners = self._owners(scope, grid)
-                for chunk in parts:
-                    self._read_chunk(scope, chunk, usage, dropped)
+                scope_owners = self._read_scope(wire, scope, grid, parts, usage, dropped)
             except TemporarySourceError as err:
                 failed.update(scope.namespaces)
                 first_error = first_error or err
@@ -134,28 +157,29 @@ class PrometheusSource:
         return owners, failed, first_error
 
     # ------------------------------------------------------------------------------------------ requests
-    def _post(self, endpoint: str, form: list[tuple[str, str]], result_type: str | None) -> Any:
-        data = self._transport.post(endpoint, [*form, ("timeout", f"{self.config.timeout_s:g}s")]
-                                    if endpoint != "series" else form)
-        if result_type is None:
-            return data
+    def _form(self, endpoint: str, form: list[tuple[str, str]]) -> tuple[str, Form]:
+        return endpoint, [*form, ("timeout", f"{self.config.timeout_s:g}s")] if endpoint != "series" else form
+
+    def _range_form(self, query: str, chunk: GridRange, first_s: float | None = None) -> tuple[str, Form]:
+        return self._form("query_range", [
+            ("query", query), ("start", _t(chunk.first_s if first_s is None else first_s)),
+            ("end", _t(chunk.last_s)), ("step", _t(chunk.step_s))])
+
+    def _data(self, fetched: Fetched, result_type: str) -> Any:
+        data = self._transport.decode(fetched)
         if not isinstance(data, dict) or data.get("resultType") != result_type:
-            raise PermanentSourceError(f"expected a {result_type} result", endpoint=endpoint)
+            raise PermanentSourceError(f"expected a {result_type} result", endpoint=fetched.endpoint)
         return data.get("result")
 
-    def _range(self, query: str, chunk: GridRange, first_s: float | None = None) -> list[Series]:
-        form = [("query", query), ("start", _t(chunk.first_s if first_s is None else first_s)),
-                ("end", _t(chunk.last_s)), ("step", _t(chunk.step_s))]
-        result = self._post("query_range", form, "matrix")
+    def _matrix(self, fetched: Fetched, grid: GridRange) -> list[Series]:
         try:
-            return parse_matrix(result)
+            return parse_matrix(self._data(fetched, "matrix"), grid)
         except ValueError as err:
             raise PermanentSourceError(f"malformed matrix: {err}", endpoint="query_range") from err
 
-    def _instant_labels(self, query: str, at_s: float) -> list[dict[str, str]]:
-        result = self._post("query", [("query", query), ("time", _t(at_s))], "vector")
+    def _labels(self, fetched: Fetched) -> list[dict[str, str]]:
         try:
-            return parse_vector_labels(result)
+            return parse_vector_labels(self._data(fetched, "vector"))
         except ValueError as err:
             raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
 
@@ -167,11 +191,12 @@ class PrometheusSource:
                        for s in scopes), default=1)
         return max(1, min(self.config.max_points_per_series - 1, self.config.max_points_per_query // max(1, biggest)))
 
-    def _plan(self, names: tuple[str, ...], grid: GridRange) -> tuple[list[promql.Scope], set[PodKey]]:
+    def _plan(self, wire: _Wire, names: tuple[str, ...], grid: GridRange,
+              ) -> tuple[list[promql.Scope], set[PodKey]]:
         everything = promql.Scope(namespaces=names, cluster=self.config.cluster)
         form = [("match[]", m) for m in promql.series_matchers(everything)]
         form += [("start", _t(grid.first_s - self.config.cpu_rate_window_s)), ("end", _t(grid.last_s))]
-        data = self._post("series", form, None)
+        data = self._transport.decode(wire.now(*self._form("series", form)))
         if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise PermanentSourceError("malformed series list", endpoint="series")
         label_sets = [{str(k): str(v) for k, v in d.items()} for d in data]
@@ -179,38 +204,48 @@ class PrometheusSource:
         return plan_scopes(count_containers(label_sets), self.config.max_series_per_query,
                            self.config.cluster), listed
 
-    def _owners(self, scope: promql.Scope, grid: GridRange) -> OwnerIndex:
+    def _read_scope(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[GridRange],
+                    usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> OwnerIndex:
+        """The scope's three owner queries, then four range queries per chunk, each sent while the answer
+        before it is decoded; the OOM follow-ups (``_record_ooms``) go out when an OOM is seen."""
         range_s = grid.last_s - grid.first_s + grid.step_s + self.config.cpu_rate_window_s
-        return OwnerIndex.from_rows(
-            self._instant_labels(promql.pod_owner_query(scope, range_s), grid.last_s),
-            self._instant_labels(promql.replicaset_owner_query(scope, range_s), grid.last_s),
-            self._instant_labels(promql.job_owner_query(scope, range_s), grid.last_s),
-        )
-
-    def _read_chunk(self, scope: promql.Scope, chunk: GridRange, usage: dict[PodKey, PodUsage],
-                    dropped: Counter[str]) -> None:
+        at = [("time", _t(grid.last_s))]
+        todo = [self._form("query", [("query", q), *at]) for q in (
+            promql.pod_owner_query(scope, range_s), promql.replicaset_owner_query(scope, range_s),
+            promql.job_owner_query(scope, range_s))]
         window = self.config.cpu_rate_window_s
-        for query, field_name in ((promql.cpu_query(scope, window), "cpu"),
-                                  (promql.memory_peak_query(scope, chunk.step_s), "memory"),
-                                  (promql.throttle_query(scope, window), "throttle")):
-            for series in self._range(query, chunk):
-                clean = drop_invalid(series, dropped)
-                if len(clean.values):
-                    getattr(usage.setdefault(clean.pod_key, PodUsage()), field_name).append(clean)
-        baseline_s = chunk.first_s - chunk.step_s
-        events: dict[PodKey, list[tuple[float, int]]] = {}
-        for series in self._range(promql.oom_events_query(scope), chunk, first_s=baseline_s):
-            found = oom_increments(drop_invalid(series, dropped), baseline_s)
-            if found:
-                events[series.pod_key] = found
-        if events:
-            self._record_ooms(scope, chunk, events, usage, dropped)
+        for chunk in parts:
+            todo += [self._range_form(promql.cpu_query(scope, window), chunk),
+                     self._range_form(promql.memory_peak_query(scope, chunk.step_s), chunk),
+                     self._range_form(promql.throttle_query(scope, window), chunk),
+                     self._range_form(promql.oom_events_query(scope), chunk, first_s=chunk.first_s - chunk.step_s)]
+        answers = wire.ahead(todo)
+        owners = OwnerIndex.from_rows(self._labels(next(answers)), self._labels(next(answers)),
+                                      self._labels(next(answers)))
+        for chunk in parts:
+            for field_name in ("cpu", "memory", "throttle"):
+                for series in self._matrix(next(answers), chunk):
+                    clean = drop_invalid(series, dropped)
+                    if len(clean.values):
+                        getattr(usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
+                            Samples(timestamps_s=clean.timestamps_s, values=clean.values))
+            baseline_s = chunk.first_s - chunk.step_s
+            events: dict[PodKey, list[tuple[float, int]]] = {}
+            with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
+            for series in self._matrix(next(answers), with_baseline):
+                found = oom_increments(drop_invalid(series, dropped), baseline_s)
+                if found:
+                    events[series.pod_key] = found
+            if events:
+                self._record_ooms(wire, scope, chunk, events, usage, dropped)
+        return owners
 
-    def _record_ooms(self, scope: promql.Scope, chunk: GridRange, events: dict[PodKey, list[tuple[float, int]]],
-                     usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> None:
+    def _record_ooms(self, wire: _Wire, scope: promql.Scope, chunk: GridRange,
+                     events: dict[PodKey, list[tuple[float, int]]], usage: dict[PodKey, PodUsage],
+                     dropped: Counter[str]) -> None:
         resources: dict[str, dict[PodKey, Series]] = {}
         for kind in ("limits", "requests"):
-            series = self._range(promql.memory_resource_query(scope, kind), chunk)
+            series = self._matrix(wire.now(*self._range_form(promql.memory_resource_query(scope, kind), chunk)), chunk)
             resources[kind] = {s.pod_key: drop_invalid(s, dropped) for s in series}
         for key, found in events.items():
             for t, count in found:
@@ -236,3 +271,29 @@ class PrometheusSource:
         if orphans:
             log.info("pods without owner series keyed as kind Pod",
                      extra={"pods": len(orphans), "reason": "no kube_pod_owner series in the window"})
+
+
+class _Wire:
+    """A pass's requests, sent one at a time on one worker thread, so that the pass decodes an answer while
+    Prometheus computes the next one (the queries stay in order and never run two at once, as without it)."""
+
+    def __init__(self, transport: Transport, pool: ThreadPoolExecutor) -> None:
+        self._transport = transport
+        self._pool = pool
+
+    def now(self, endpoint: str, form: Form) -> Fetched:
+        """One request, after the one in flight (if any); waits for its answer."""
+        return self._pool.submit(self._transport.fetch, endpoint, form).result()
+
+    def ahead(self, todo: Sequence[tuple[str, Form]]) -> Iterator[Fetched]:
+        """The answers to ``todo`` in order. Each request goes out when the one before it has succeeded,
+        so while the caller decodes answer i, request i + 1 is on the wire; after a failure (raised when the
+        caller asks for that answer) nothing more of ``todo`` is sent."""
+        if not todo:
+            return
+        pending = self._pool.submit(self._transport.fetch, *todo[0])
+        for endpoint, form in todo[1:]:
+            answer = pending.result()
+            pending = self._pool.submit(self._transport.fetch, endpoint, form)
+            yield answer
+        yield pending.result()

@@ -15,9 +15,11 @@ are switched off so that retrying happens once, here: temporary failures (connec
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -31,6 +33,16 @@ from recommender.sources.errors import PermanentSourceError, SourceError, Tempor
 log = logging.getLogger(__name__)
 _TEMPORARY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 Form = Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fetched:
+    """A 2xx answer's undecoded body and the seconds its HTTP attempt took."""
+
+    endpoint: str
+    status: int
+    body: bytes
+    seconds: float
 
 
 class SourceMetrics:
@@ -106,32 +118,21 @@ class Transport:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    def _attempt(self, endpoint: str, form: Form) -> Any:
+    def _attempt(self, endpoint: str, form: Form) -> tuple[int, bytes]:
         response = self._session.request(
             "POST", f"{self.client.url}/api/v1/{endpoint}", data=list(form), headers=self._headers(),
             auth=self.client.auth, verify=self._session.verify, cert=self._session.cert,
             timeout=self._config.timeout_s)
         try:
             response.raise_for_status()
-            body = response.json()
         except requests.HTTPError as err:
             status = response.status_code
             kind = TemporarySourceError if status in _TEMPORARY_STATUS else PermanentSourceError
             raise kind(f"prometheus answered {status}: {_error_text(response)}", endpoint=endpoint,
                        status=status) from err
-        except ValueError as err:
-            raise PermanentSourceError("response is not JSON: is the URL (and path prefix) right?",
-                                       endpoint=endpoint, status=response.status_code) from err
-        if not isinstance(body, dict) or body.get("status") != "success" or "data" not in body:
-            raise PermanentSourceError("response is not a Prometheus API success", endpoint=endpoint)
-        warnings = body.get("warnings") or []
-        if warnings:
-            self._metrics.warnings.labels(endpoint).inc()
-            log.warning("prometheus returned warnings, data may be partial",
-                        extra={"endpoint": endpoint, "warnings": [str(w)[:200] for w in warnings[:5]]})
-        return body["data"]
+        return response.status_code, response.content
 
-    def _classified(self, endpoint: str, form: Form) -> Any:
+    def _classified(self, endpoint: str, form: Form) -> tuple[int, bytes]:
         try:
             return self._attempt(endpoint, form)
         except SourceError:
@@ -145,12 +146,17 @@ class Transport:
 
     def post(self, endpoint: str, form: Form) -> Any:
         """``data`` of a successful response; retries temporary failures, then raises."""
+        return self.decode(self.fetch(endpoint, form))
+
+    def fetch(self, endpoint: str, form: Form) -> Fetched:
+        """The body of a 2xx answer, not yet decoded; retries temporary failures, then raises. Split from
+        ``decode`` so that a caller can decode one body while the next request is on the wire."""
         attempt = 0
         while True:
             self.request_count += 1
             started = time.monotonic()
             try:
-                data = self._classified(endpoint, form)
+                status, body = self._classified(endpoint, form)
             except TemporarySourceError as err:
                 self._observe(endpoint, "temporary_error", started)
                 if attempt >= self._config.retries:
@@ -166,12 +172,35 @@ class Transport:
             except PermanentSourceError:
                 self._observe(endpoint, "permanent_error", started)
                 raise
-            self._observe(endpoint, "ok", started)
-            return data
+            return Fetched(endpoint=endpoint, status=status, body=body, seconds=time.monotonic() - started)
+
+    def decode(self, fetched: Fetched) -> Any:
+        """``data`` of a fetched Prometheus API success (its warnings logged and counted); the request's
+        outcome is recorded here, so a body that is not an API success counts as a permanent error."""
+        endpoint = fetched.endpoint
+        try:
+            body = json.loads(fetched.body)
+        except ValueError as err:
+            self._record(endpoint, "permanent_error", fetched.seconds)
+            raise PermanentSourceError("response is not JSON: is the URL (and path prefix) right?",
+                                       endpoint=endpoint, status=fetched.status) from err
+        if not isinstance(body, dict) or body.get("status") != "success" or "data" not in body:
+            self._record(endpoint, "permanent_error", fetched.seconds)
+            raise PermanentSourceError("response is not a Prometheus API success", endpoint=endpoint)
+        warnings = body.get("warnings") or []
+        if warnings:
+            self._metrics.warnings.labels(endpoint).inc()
+            log.warning("prometheus returned warnings, data may be partial",
+                        extra={"endpoint": endpoint, "warnings": [str(w)[:200] for w in warnings[:5]]})
+        self._record(endpoint, "ok", fetched.seconds)
+        return body["data"]
 
     def _observe(self, endpoint: str, outcome: str, started: float) -> None:
+        self._record(endpoint, outcome, time.monotonic() - started)
+
+    def _record(self, endpoint: str, outcome: str, seconds: float) -> None:
         self._metrics.requests.labels(endpoint, outcome).inc()
-        self._metrics.seconds.labels(endpoint).observe(time.monotonic() - started)
+        self._metrics.seconds.labels(endpoint).observe(seconds)
 
 
 def _response_of(err: SourceError) -> requests.Response | None:

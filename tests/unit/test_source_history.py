@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.model.types import ContainerKey, OomKill
+from recommender.model.types import ContainerKey, OomKill, Samples
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.grid import GridRange, aligned_range, chunks
 from recommender.sources.owners import OwnerIndex, Workload
@@ -118,6 +118,11 @@ def _series(values: list[float], pod: str = "p", start: float = T0, step: float 
                   values=np.array(values, dtype=np.float64))
 
 
+def _samples(values: list[float], start: float = T0, step: float = 60) -> Samples:
+    series = _series(values, start=start, step=step)
+    return Samples(timestamps_s=series.timestamps_s, values=series.values)
+
+
 def test_parse_matrix_reads_prometheus_strings_including_nan_and_inf() -> None:
     result = [{"metric": {"namespace": "shop", "pod": "p", "container": "app"},
                "values": [[T0, "0.5"], [T0 + 60, "NaN"], [T0 + 120, "+Inf"], [T0 + 180, "-Inf"]]}]
@@ -126,6 +131,23 @@ def test_parse_matrix_reads_prometheus_strings_including_nan_and_inf() -> None:
     assert series.values[0] == 0.5 and np.isnan(series.values[1]) and series.values[2] == np.inf
     with pytest.raises(ValueError):
         parse_matrix([{"metric": {}, "values": [["x", "1"]]}])
+
+
+def test_series_on_the_full_grid_share_one_read_only_array_of_times() -> None:
+    grid = GridRange(first_s=T0, last_s=T0 + 120, step_s=60)
+    full = [[T0, "1"], [T0 + 60, "2"], [T0 + 120, "NaN"]]
+    gap = [[T0, "4"], [T0 + 120, "5"]]  # no sample at T0+60
+    a, b, c = parse_matrix([{"metric": {"pod": "a"}, "values": full}, {"metric": {"pod": "b"}, "values": full},
+                            {"metric": {"pod": "c"}, "values": gap}], grid)
+    assert a.timestamps_s is b.timestamps_s and not a.timestamps_s.flags.writeable
+    assert a.timestamps_s.tolist() == [T0, T0 + 60, T0 + 120] and a.values[:2].tolist() == [1, 2]
+    assert np.isnan(a.values[2])
+    assert c.timestamps_s.tolist() == [T0, T0 + 120] and c.values.tolist() == [4, 5]
+    shifted = [[T0 + 60, "1"], [T0 + 120, "2"], [T0 + 180, "3"]]  # right count, other times: converted
+    [d] = parse_matrix([{"metric": {}, "values": shifted}], grid)
+    assert d.timestamps_s.tolist() == [T0 + 60, T0 + 120, T0 + 180]
+    with pytest.raises(ValueError):
+        parse_matrix([{"metric": {}, "values": [[T0, "1"], [T0 + 60, None], [T0 + 120, "3"]]}], grid)
 
 
 def test_drop_invalid_counts_by_reason_and_never_fills_zeros() -> None:
@@ -156,11 +178,12 @@ def test_build_batches_pools_pods_per_workload_and_skips_empty_keys() -> None:
                                      ("shop", "web-b"): Workload(kind="Deployment", name="web")})
     kill = OomKill(timestamp_s=T0 + 60, memory_limit_bytes=100)
     usage = {
-        ("shop", "web-a-1", "app"): PodUsage(cpu=[_series([0.1, 0.2])], memory=[_series([5, 6])]),
-        ("shop", "web-b-1", "app"): PodUsage(cpu=[_series([0.3], start=T0 + 30)], ooms=[kill]),
+        ("shop", "web-a-1", "app"): PodUsage(cpu=[_samples([0.1, 0.2])], memory=[_samples([5, 6])]),
+        ("shop", "web-b-1", "app"): PodUsage(cpu=[_samples([0.3], start=T0 + 30)], ooms=[kill]),
         ("shop", "idle-1", "app"): PodUsage(),
     }
     batches = build_batches(usage, owners, cpu_interval_s=60, memory_interval_s=60)
+    assert usage == {}  # taken over: the per-pod series are let go once pooled
     key = ContainerKey(namespace="shop", workload_kind="Deployment", workload_name="web", container="app")
     assert list(batches) == [key]  # the pod without samples yields no batch, not a zero batch
     batch = batches[key]

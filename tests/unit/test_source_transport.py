@@ -134,9 +134,12 @@ def test_client_errors_are_permanent_and_not_retried(server: tuple[str, Script])
 def test_non_prometheus_answers_are_permanent(server: tuple[str, Script]) -> None:
     url, script = server
     script.responses = [(200, "<html>login</html>", {})]
-    transport, _, _ = _transport(url)
-    with pytest.raises(PermanentSourceError, match="not JSON"):
+    transport, registry, _ = _transport(url)
+    with pytest.raises(PermanentSourceError, match="not JSON") as caught:
         transport.post("query", [("query", "up")])
+    assert caught.value.status == 200
+    # Decoded after the HTTP round trip, but counted once, as what it is: a permanent error, not a success.
+    assert _count(registry, "query", "permanent_error") == 1 and _count(registry, "query", "ok") is None
 
 
 def test_warnings_are_surfaced_in_a_metric(server: tuple[str, Script], caplog: pytest.LogCaptureFixture) -> None:

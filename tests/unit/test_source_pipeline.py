@@ -1,0 +1,102 @@
+"""How a pass sends and decodes: one request on the wire while the previous answer is decoded, never two at
+once, nothing sent after a failure; the garbage collector paused only while a pass decodes."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from recommender.sources.errors import TemporarySourceError
+from recommender.sources.prometheus import _gc_paused, _Wire
+from recommender.sources.transport import Fetched, Form, Transport
+
+
+class FakeTransport:
+    """Records what was sent, whether two requests ever overlapped, and fails where it is told to."""
+
+    def __init__(self, fail: str = "") -> None:
+        self.sent: list[str] = []
+        self.fail = fail
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.lock = threading.Lock()
+
+    def fetch(self, endpoint: str, form: Form) -> Fetched:
+        with self.lock:
+            self.sent.append(endpoint)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.01)
+            if endpoint == self.fail:
+                raise TemporarySourceError("down", endpoint=endpoint, status=503)
+            return Fetched(endpoint=endpoint, status=200, body=endpoint.encode(), seconds=0.01)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def _wait_for(predicate: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.005)
+
+
+def _wire(fake: FakeTransport, pool: ThreadPoolExecutor) -> _Wire:
+    transport: Transport = fake  # type: ignore[assignment]
+    return _Wire(transport, pool)
+
+
+def test_the_next_request_is_on_the_wire_while_an_answer_is_decoded_and_only_one() -> None:
+    fake = FakeTransport()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        answers = _wire(fake, pool).ahead([("a", []), ("b", []), ("c", [])])
+        first = next(answers)
+        assert first.body == b"a"
+        _wait_for(lambda: fake.sent == ["a", "b"])  # sent while we still hold (decode) answer a
+        time.sleep(0.1)
+        assert fake.sent == ["a", "b"]  # one ahead, not the whole list
+        assert [f.body for f in answers] == [b"b", b"c"]
+    assert fake.sent == ["a", "b", "c"] and fake.most_in_flight == 1
+
+
+def test_nothing_more_is_sent_after_a_failure() -> None:
+    fake = FakeTransport(fail="b")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        answers = _wire(fake, pool).ahead([("a", []), ("b", []), ("c", []), ("d", [])])
+        assert next(answers).body == b"a"
+        with pytest.raises(TemporarySourceError):
+            next(answers)
+    assert fake.sent == ["a", "b"]
+
+
+def test_a_request_sent_now_waits_for_the_one_in_flight() -> None:
+    fake = FakeTransport()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        wire = _wire(fake, pool)
+        answers = wire.ahead([("a", []), ("b", [])])
+        next(answers)  # b is now on the wire
+        assert wire.now("oom", []).body == b"oom"
+        assert next(answers).body == b"b"
+    assert fake.sent == ["a", "b", "oom"] and fake.most_in_flight == 1
+
+
+def test_the_collector_is_paused_only_inside_a_pass_and_restored_after_an_error() -> None:
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), _gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a failed pass")
+    assert gc.isenabled()
+    gc.disable()  # an application that runs with the collector off keeps it off
+    try:
+        with _gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
