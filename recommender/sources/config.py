@@ -56,10 +56,12 @@ class PrometheusConfig:
     several samples (KRR's 75 s window over a 60 s scrape holds one or two)."""
     max_points_per_series: int = 11_000
     """Grid points per series per range query; Prometheus refuses more than 11,000, longer ranges are chunked."""
-    max_points_per_query: int = 500_000
-    """Series x points in one range response: a response is decoded whole, so this bounds the memory one
-    query can take (about 12 MB of JSON, ~0.1 GB decoded). Long windows over big scopes are read in more,
-    shorter time chunks instead. Prometheus's own --query.max-samples default is 50 M."""
+    max_points_per_query: int = 4_000_000
+    """Series x points in one range response. A response's series are decoded and converted one at a time,
+    so the memory a query takes is its body, held twice (bytes and text, about 30 bytes a point each: 0.25 GB
+    at this default), not its decoded JSON. Longer windows over bigger scopes are read in more, shorter time
+    chunks. Prometheus's own --query.max-samples default is 50 M. 8 days at a 15-minute step over a scope of
+    5,000 containers is 3.8 M: one chunk."""
     max_series_per_query: int = 5_000
     """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
 

@@ -173,7 +173,7 @@ class PrometheusSource:
 
     def _matrix(self, fetched: Fetched, grid: GridRange) -> list[Series]:
         try:
-            return parse_matrix(self._data(fetched, "matrix"), grid)
+            return parse_matrix(self._transport.decode_result(fetched, "matrix"), grid)
         except ValueError as err:
             raise PermanentSourceError(f"malformed matrix: {err}", endpoint="query_range") from err
 

@@ -10,6 +10,7 @@ ReplicaSet generations, under one ``ContainerKey``). A key with no sample at all
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,13 +49,14 @@ def grid_times(grid: GridRange) -> FloatArray:
 
 
 def parse_matrix(result: object, grid: GridRange | None = None) -> list[Series]:
-    """``data.result`` of a query_range (resultType matrix); ValueError if it is not that shape.
+    """``data.result`` of a query_range (resultType matrix), a list or an iterator of its items (each item is
+    converted before the next is taken); ValueError if it is not that shape.
 
     With the request's ``grid``, a series with a sample at every grid time (first and last times and count
     as asked: a range query evaluates at start + k x step only) shares one read-only array of those times
     instead of converting its own: half the conversions, and half the memory of the per-pod series. Any
     other series has its times converted one by one."""
-    if not isinstance(result, list):
+    if not isinstance(result, list | Iterator):
         raise ValueError("result is not a list")
     full = None if grid is None else grid_times(grid)
     out = []

@@ -328,6 +328,8 @@ def _ok(met: bool) -> str:
 
 
 def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
+    from recommender.sources.config import PrometheusConfig
+
     per_series, steps = DAYS * 86400 // STEP_S + 1, DAYS * 86400 // STEP_S - 1
     intro = (
         f"History: {DAYS} days backfilled with `promtool tsdb create-blocks-from openmetrics` (one block) from the "
@@ -336,8 +338,9 @@ def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
         "requests, limits, pod owner, ReplicaSet owner, pod info). Source configured to match: "
         f"`PrometheusConfig(step_s={STEP_S}, scrape_interval_s={STEP_S})`, so the CPU rate window is {4 * STEP_S} s "
         f"and the cold pass reads {steps} steps per series, cut in time so that one response holds at most "
-        "`max_points_per_query` = 500,000 series x steps; `max_series_per_query` is the default 5,000. The source "
-        "sends its requests one at a time, in order, and decodes each answer while the next query runs. "
+        f"`max_points_per_query` = {PrometheusConfig(url='http://x').max_points_per_query:,} series x steps; "
+        "`max_series_per_query` is the default 5,000. The source sends its requests one at a time, in order, and "
+        "decodes each answer, one series at a time, while the next query runs. "
         f"Fleet: Deployments of {REPLICAS} pods round-robin over {NAMESPACES} namespaces, every other one "
         "with a sidecar (1 or 2 containers per pod), half the containers with a CPU limit, no OOM kills. Each "
         "measured pass runs in a fresh subprocess (peak RSS = its VmHWM, interpreter and imports included); the "

@@ -20,8 +20,8 @@ def listed(namespace: str, n: int) -> set[tuple[str, str, str]]:
 def test_big_scopes_are_read_in_shorter_time_chunks() -> None:
     scopes = [promql.Scope(namespaces=("a",)), promql.Scope(namespaces=("b", "c"))]
     containers = listed("a", 1000) | listed("b", 3000) | listed("c", 2000)
-    # The biggest scope holds b and c: 5,000 series; 500,000 points / 5,000 = 100 points per query.
-    assert source()._chunk_points(scopes, containers) == 100
+    # The biggest scope holds b and c: 5,000 series; 4,000,000 points / 5,000 = 800 points per query.
+    assert source()._chunk_points(scopes, containers) == 800
     # Small scopes are capped by Prometheus's 11,000 points per series (minus the OOM query's extra point).
     assert source()._chunk_points([promql.Scope(namespaces=("a",))], listed("a", 10)) == 10_999
     # A paged scope counts only its own pods: 2 of them -> 250,000, capped at 10,999.

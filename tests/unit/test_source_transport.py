@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import PermanentSourceError, TemporarySourceError
-from recommender.sources.transport import SourceMetrics, Transport
+from recommender.sources.transport import Fetched, SourceMetrics, Transport
 
 Reply = tuple[int, object, dict[str, str]]
 OK: Reply = (200, {"status": "success", "data": {"resultType": "vector", "result": []}}, {})
@@ -174,3 +174,52 @@ def test_config_validation() -> None:
     # The CPU rate window: at least 4 scrapes and at least one step.
     assert PrometheusConfig(url="http://x", step_s=60, scrape_interval_s=30).cpu_rate_window_s == 120
     assert PrometheusConfig(url="http://x", step_s=300, scrape_interval_s=15).cpu_rate_window_s == 300
+
+
+# ------------------------------------------------------------------------ decoding a result item by item
+MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"pod": "a", "note": '"result":[ ] , {"metric":'}, "values": [[1.0, "0.5"], [2.0, "NaN"]]},
+    {"metric": {"pod": "b\u00e9"}, "values": [[1.0, "1e3"]]}]}}
+
+
+def _fetched(payload: object) -> Fetched:
+    raw = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+    return Fetched(endpoint="query_range", status=200, body=raw, seconds=0.1)
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps(MATRIX),  # Prometheus's order: status first, the result array last
+    json.dumps(MATRIX, indent=2),  # whitespace everywhere
+    json.dumps({"data": MATRIX["data"], "status": "success"}),  # status after data: decoded whole
+    json.dumps({**MATRIX, "warnings": ["partial"], "infos": ["x"]}),  # an envelope after the array
+])
+def test_items_are_the_same_as_a_whole_decode(text: str) -> None:
+    transport, registry, _ = _transport("http://127.0.0.1:1")
+    lazy = transport.decode_result(_fetched(text), "matrix")
+    assert next(lazy) == MATRIX["data"]["result"][0]  # an item is handed over before the next is decoded
+    assert list(lazy) == MATRIX["data"]["result"][1:]
+    assert _count(registry, "query_range", "ok") == 1
+    warned = registry.get_sample_value("podtailor_source_warnings_total", {"endpoint": "query_range"})
+    assert warned == (1 if "warnings" in text else None)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"status":"success","data":{"resultType":"matrix","result":[{"metric":{}},{"metric":', "not JSON"),
+    ('{"status":"success","data":{"resultType":"matrix","result":[{"metric":{}} {"metric":{}}]}}', "not JSON"),
+    ('{"status":"success","data":{"resultType":"matrix","result":[]}} trailing', "not JSON"),
+    ('{"status":"error","data":{"resultType":"matrix","result":[]}}', "not a Prometheus API success"),
+    ('{"status":"success","data":{"resultType":"vector","result":[]}}', "expected a matrix result"),
+    (b'{"status":"success","data":{"result":["\xff"]}}', "not JSON"),
+    ("<html>login</html>", "not JSON"),
+])
+def test_a_broken_body_is_a_permanent_error(text: str | bytes, message: str) -> None:
+    transport, registry, _ = _transport("http://127.0.0.1:1")
+    body = text if isinstance(text, bytes) else text.encode()
+    with pytest.raises(PermanentSourceError, match=message):
+        list(transport.decode_result(Fetched(endpoint="query_range", status=200, body=body, seconds=0.1),
+                                     "matrix"))
+    # Counted as a permanent error when the body is not an API success; an answer of the wrong type is an
+    # API success (counted ok) that this query cannot use, as with a whole decode.
+    wrong_type = message.startswith("expected")
+    assert _count(registry, "query_range", "ok") == (1 if wrong_type else None)
+    assert _count(registry, "query_range", "permanent_error") == (None if wrong_type else 1)
