@@ -113,7 +113,7 @@ def cmd_once(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    from recommender.leader import start_election
+    from recommender.leader import exit_lost_leadership, start_election
     from recommender.serve import Health, make_server
 
     registry = CollectorRegistry()
@@ -158,6 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         start_work()
     log.info("recommender running", extra={"listen": args.listen, "interval_s": args.interval})
     stop.wait()
+    if exit_code[0] == 1:  # the new leader holds the state now: no checkpoint from here
+        exit_lost_leadership()
     if scheduler.running:
         scheduler.shutdown(wait=True)
         engine.checkpoint_all(time.time())

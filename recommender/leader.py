@@ -12,9 +12,11 @@ renews and never stops, or a standby that never campaigns again.
 from __future__ import annotations
 
 import copy
+import logging
+import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
@@ -65,3 +67,14 @@ def start_election(api_client: client.ApiClient, *, name: str, namespace: str, i
     thread = threading.Thread(target=election.run, name="leader-election", daemon=True)
     thread.start()
     return thread
+
+
+def exit_lost_leadership() -> NoReturn:
+    """Leave the process at once after losing the lease, as client-go's controllers do (``klog.Fatal``).
+
+    A pass may still have threads inside requests (its worker pools, which interpreter shutdown would wait
+    for, for as long as a cut-off route makes each request last): nothing may be written as a former
+    leader, and the journal makes an interrupted pass safe to resume by the new one. Logs are flushed first.
+    """
+    logging.shutdown()
+    os._exit(1)

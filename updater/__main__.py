@@ -155,7 +155,7 @@ MIN_PASS_GAP_S = 0.5
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from recommender.leader import start_election
+    from recommender.leader import exit_lost_leadership, start_election
     from recommender.serve import Health, make_server
     registry = CollectorRegistry()
     metrics = UpdaterMetrics(registry)
@@ -208,6 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         threading.Thread(target=start_work, daemon=True, name="updater-loop").start()
     stop.wait()
+    if exit_code[0] == 1:
+        exit_lost_leadership()
     server.shutdown()
     return exit_code[0]
 
