@@ -403,12 +403,13 @@ def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
             "| request count does not grow with workloads | "
             + ", ".join(f"{c} at {workloads[n]:,} Deployments" for n, c in counts.items()) + " | "
             + ("met: equal |" if same else
-               "**not met** as written: requests = 1 series + S scopes x (3 owner + 4 range x C time chunks), "
-               "(S, C) = "
+               ("met by the formula, not equal" if all(c == 1 for _, c in shapes.values()) else "**not met**")
+               + ": requests = 1 series + S scopes x (3 owner + 4 range x C time chunks), (S, C) = "
                + ", ".join(f"({shapes[n][0]}, {shapes[n][1]})" for n in counts)
-               + ": S follows containers / 5,000 (namespace batches) and C follows the containers of the biggest "
-               "scope x steps / 500,000 (the points budget that bounds memory), so the count grows with series x "
-               "points, not with workloads or pods as such |"))
+               + ": S follows containers / 5,000 (namespace batches under `max_series_per_query`, which caps a "
+               "query's length), C the containers of the biggest scope x steps / "
+               f"{PrometheusConfig(url='http://x').max_points_per_query:,} (the points budget that bounds a "
+               "response's size); neither follows the number of workloads or pods as such |"))
     return "\n".join(lines)
 
 
