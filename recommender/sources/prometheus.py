@@ -13,6 +13,8 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
 So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
 in the number of workloads or pods. They go out one at a time and in order, on one worker thread, each while
 the answer before it is decoded (``_Wire``), with the garbage collector paused for the pass (``_gc_paused``).
+A range answer is decoded one series at a time (``Transport.decode_result``), so time chunks (C > 1) are only
+needed when a scope's series x steps exceed ``max_points_per_query``.
 OOM kills come from increases of cAdvisor's ``container_oom_events_total`` between steps, joined
 client-side with the kube-state-metrics memory limit and request at that step.
 (``kube_pod_container_status_last_terminated_reason`` only says the last
