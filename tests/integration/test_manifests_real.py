@@ -731,8 +731,15 @@ def test_a_full_cycle_runs_as_the_service_accounts(
                         "name": "podtailor-updater-template-fallback"},
             "subjects": [{"kind": "ServiceAccount", "name": "podtailor-updater", "namespace": NS}]})
         patch = {"spec": {"template": {"metadata": {"annotations": {"podtailor.io/resized": "test"}}}}}
-        eventually("template patch allowed", lambda: client.AppsV1Api(updater_api).patch_namespaced_deployment(
-            "web", ns, patch, dry_run="All"), timeout_s=10)
+        def template_patch() -> Any:  # the RoleBinding reaches the authorizer's cache asynchronously: 403 until then
+            try:
+                return client.AppsV1Api(updater_api).patch_namespaced_deployment("web", ns, patch, dry_run="All")
+            except client.ApiException as e:
+                if e.status != 403:
+                    raise
+                return None
+
+        eventually("template patch allowed", template_patch, timeout_s=10)
         # Neither the webhook's account nor the recommender's can read secrets.
         for sa in ("podtailor-webhook", "podtailor-recommender"):
             with pytest.raises(client.ApiException) as refused:
