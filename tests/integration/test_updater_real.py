@@ -240,6 +240,37 @@ def test_an_oom_after_a_decrease_halts_the_pool_and_restores_exactly(scenario: S
     assert scenario.rollouts()[0].phase == Phase.HALTED  # halted until a person lets it go on
 
 
+def test_a_memory_limit_below_usage_halts_the_pool_after_the_deferred_timeout(scenario: Scenario) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=2, usage={"kind": "constant", "cpu_cores": 0.1,
+                                                       "memory_bytes": 450 * Mi})
+    # Target 200Mi: memory limit 512Mi -> 400Mi (ratio kept), below the 450Mi the app uses. The API server takes
+    # the resize (1.34+: NotRequired may decrease a memory limit); the kubelet refuses to actuate it and keeps
+    # PodResizeInProgress with reason Error, retrying, so verification could only wait for its timeout.
+    scenario.vpa("web", {"cpu": "500m", "memory": "200Mi"})
+    scenario.policy(deferredTimeout="3s")
+    executor = scenario.executor()
+    executor.run_pass(time.time())
+    [r] = scenario.rollouts()
+    first = r.entries_of(0)[0]
+    started = time.monotonic()
+    scenario.run_until(executor, scenario.settled, timeout_s=40)
+    [r] = scenario.rollouts()
+    assert r.phase == Phase.HALTED and "has not been able to apply the resize" in r.message, r.message
+    assert "usage" in r.message, r.message  # the kubelet's own words are carried into the reason
+    assert 3 < time.monotonic() - started < 30  # after the Deferred timeout, not the 1 h in-progress one
+    pod = scenario.core.read_namespaced_pod(first.pod, scenario.ns)
+    spec, status = pod.spec.containers[0].resources, pod.status.container_statuses[0].resources
+    assert (spec.requests["memory"], spec.limits["memory"]) == ("256Mi", "512Mi")  # restored, exactly
+    assert (status.requests["memory"], status.limits["memory"]) == ("256Mi", "512Mi")
+    assert pod.status.container_statuses[0].restart_count == 0
+    assert not [c for c in pod.status.conditions or [] if c.type == "PodResizeInProgress"]
+    assert r.entries_of(1)[0].state.value == "Planned"  # the second batch never ran
+    reasons = {e.reason for e in scenario.core.list_namespaced_event("default").items
+               if e.involved_object.name == r.name}
+    assert "RolloutGateFailed" in reasons
+
+
 def test_two_pools_progress_independently_and_a_not_ready_pool_is_frozen(scenario: Scenario) -> None:
     scenario.pool("a")
     sim_b = scenario.pool("b")

@@ -112,6 +112,34 @@ def _pod_values(res: Any) -> tuple[Any, ...]:
             parse_cpu_millicores(lim["cpu"]), parse_memory_bytes(lim["memory"]))
 
 
+def _explain(api: client.ApiClient, r: Any, pods: dict[str, Any]) -> list[str]:
+    """Why a rollout is still open: its batches, and each unsettled entry's pod as the API server has it."""
+    out = [f"  {r.name}: batch {r.current_batch} message {r.message!r} batches "
+           + ", ".join(f"{b.index}:{b.phase.value}" for b in r.batches)]
+    nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
+    for e in r.entries:
+        if e.state in (EntryState.VERIFIED, EntryState.SKIPPED, EntryState.GONE, EntryState.REVERTED,
+                       EntryState.INFEASIBLE, EntryState.EVICTED) or e.batch > r.current_batch:
+            continue
+        pod = pods.get(e.uid)
+        line = f"  {e.key} batch {e.batch} {e.state.value} gen {e.generation} applied_s {e.applied_s} {e.message!r}"
+        if pod is None:
+            out.append(line + " pod: gone")
+            continue
+        st = pod.status
+        conds = [(c.type, c.status, c.reason) for c in st.conditions or []]
+        cs = st.container_statuses[0] if st.container_statuses else None
+        node = nodes.get(pod.spec.node_name)
+        ready_node = [c.status for c in (node.status.conditions or []) if c.type == "Ready"] if node else None
+        out.append(line + f" pod gen {pod.metadata.generation} observed {st.observed_generation} phase {st.phase}"
+                   f" conds {conds} spec {_pod_values(pod.spec.containers[0].resources)}"
+                   f" status {_pod_values(cs.resources) if cs and cs.resources else None}"
+                   f" restarts {cs.restart_count if cs else None} ready {cs.ready if cs else None}"
+                   f" state {cs.state if cs else None} last {cs.last_state if cs else None}"
+                   f" node {pod.spec.node_name} ready {ready_node} taints {node.spec.taints if node else None}")
+    return out
+
+
 def audit(api: client.ApiClient, store: RolloutStore) -> tuple[list[str], dict[str, Any]]:
     rollouts = sorted(store.list(), key=lambda r: r.name)
     pods = {p.metadata.uid: p for p in client.CoreV1Api(api).list_namespaced_pod(NS).items
@@ -122,6 +150,7 @@ def audit(api: client.ApiClient, store: RolloutStore) -> tuple[list[str], dict[s
     for r in rollouts:
         if r.phase not in TERMINAL and r.phase != Phase.HALTED:
             problems.append(f"{r.name} still {r.phase.value}")
+            problems += _explain(api, r, pods)
         for e in r.entries:
             if e.action != "resize":
                 continue
@@ -152,6 +181,7 @@ def audit(api: client.ApiClient, store: RolloutStore) -> tuple[list[str], dict[s
     problems += [f"{p.metadata.name}: generation {p.metadata.generation} but no journal entry" for p in untouched]
     states = Counter(e.state.value for r in rollouts for e in r.entries)
     return problems, {"rollouts": len(rollouts), "phases": dict(Counter(r.phase.value for r in rollouts)),
+                      "halted": {r.name: r.message for r in rollouts if r.phase == Phase.HALTED},
                       "entries": dict(states), "pods_live": len(pods), "pods_audited": checked}
 
 

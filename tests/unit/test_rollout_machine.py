@@ -136,6 +136,28 @@ def test_deferred_waits_then_times_out() -> None:
     assert r3.entries[0].state == EntryState.INFEASIBLE
 
 
+def test_a_lasting_actuation_error_fails_the_batch_and_restores_it() -> None:
+    # 1.34+: a memory limit below the container's usage stays PodResizeInProgress/Error; the kubelet retries.
+    big = replace(OLD, limits=Resources(cpu_millicores=1000, memory_bytes=640 * 2**20))
+    small = replace(NEW, limits=Resources(cpu_millicores=500, memory_bytes=512 * 2**20))
+    a = entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW, before=(big,), after=(small,))
+    b = entry("b", 0, state=EntryState.VERIFIED, generation=2, applied_s=NOW, before=(big,), after=(small,))
+    r = verifying(a, b)
+    error = "memory limit (536870912) below current usage (629145600)"
+    seen = {"ns/a": replace(obs("a", small, big, generation=2, observed=2), resize_in_progress=True,
+                            resize_error=error),
+            "ns/b": obs("b", small, small, generation=2, observed=2)}
+    r2, _ = machine.advance(r, seen, NOW + 299)  # within the Deferred timeout (300 s): it may still clear
+    assert r2.phase == Phase.PROGRESSING and r2.entries[0].state == EntryState.APPLIED
+    r3, effects = machine.advance(r, seen, NOW + 301)
+    assert r3.phase == Phase.ROLLING_BACK
+    assert "has not been able to apply the resize for 301s" in r3.message and error in r3.message
+    assert any(isinstance(e, machine.Event) and e.reason == "RolloutGateFailed" for e in effects)
+    _, effects = machine.advance(r3, seen, NOW + 302)  # both pods of the batch go back to their old values
+    assert sorted((e.key, e.values) for e in effects if isinstance(e, machine.Resize)) == [
+        ("ns/a", (big,)), ("ns/b", (big,))]
+
+
 def test_verification_timeout_fails_the_batch() -> None:
     r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
     r2, _ = machine.advance(r, {"ns/a": obs("a", NEW, OLD, generation=2, observed=1)}, NOW + 601)

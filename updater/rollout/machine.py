@@ -230,6 +230,17 @@ def _oom_since(entry: Entry, obs: PodObservation) -> str | None:
     return None
 
 
+def _actuation_error(entry: Entry, obs: PodObservation, now_s: float, timeouts: Timeouts) -> str | None:
+    """PodResizeInProgress with reason Error for longer than the Deferred timeout. The kubelet retries on every
+    sync, so a short error may clear; one that lasts is most often a memory limit below the container's current
+    usage (1.34+), which is a target the pod cannot live with: a gate failure, like an OOM kill after a
+    decrease, so the pool halts and the batch's pods are restored (this pod still runs its old values)."""
+    if obs.resize_error is None or entry.applied_s is None or now_s - entry.applied_s <= timeouts.deferred_s:
+        return None
+    return (f"the kubelet has not been able to apply the resize for {now_s - entry.applied_s:.0f}s: "
+            f"{obs.resize_error or 'PodResizeInProgress reason Error'}")
+
+
 def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeouts: Timeouts) -> tuple[Entry, str]:
     """Returns the entry's new state and, for a gate failure, a non-empty reason."""
     if not _same_pod(entry, obs):
@@ -242,7 +253,7 @@ def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeou
             now_s - obs.resize_pending_since_s > timeouts.deferred_s:
         message = f"Deferred for more than {timeouts.deferred_s:.0f}s: {obs.resize_pending_message}"
         return replace(entry, state=EntryState.INFEASIBLE, message=message), ""
-    failure = _oom_since(entry, obs) or _restarts_ok(entry, obs)
+    failure = _oom_since(entry, obs) or _restarts_ok(entry, obs) or _actuation_error(entry, obs, now_s, timeouts)
     if failure:
         return entry, failure
     done = (caught_up and obs.resize_pending is None and not obs.resize_in_progress and obs.ready
