@@ -32,7 +32,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
 
 import requests
 from prometheus_client import CollectorRegistry
@@ -167,12 +166,6 @@ class PrometheusSource:
             ("query", query), ("start", _t(chunk.first_s if first_s is None else first_s)),
             ("end", _t(chunk.last_s)), ("step", _t(chunk.step_s))])
 
-    def _data(self, fetched: Fetched, result_type: str) -> Any:
-        data = self._transport.decode(fetched)
-        if not isinstance(data, dict) or data.get("resultType") != result_type:
-            raise PermanentSourceError(f"expected a {result_type} result", endpoint=fetched.endpoint)
-        return data.get("result")
-
     def _matrix(self, fetched: Fetched, grid: GridRange) -> list[Series]:
         try:
             return parse_matrix(self._transport.decode_result(fetched, "matrix"), grid)
@@ -181,7 +174,7 @@ class PrometheusSource:
 
     def _labels(self, fetched: Fetched) -> list[dict[str, str]]:
         try:
-            return parse_vector_labels(self._data(fetched, "vector"))
+            return parse_vector_labels(list(self._transport.decode_result(fetched, "vector")))
         except ValueError as err:
             raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
 
