@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from recommender import __version__
 from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, prometheus_config
-from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client, setup_logging
+from recommender.plumbing import UsageError, add_kube_flags, command_parser, duration_s, kube_client, setup_logging
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
@@ -42,12 +42,7 @@ log = logging.getLogger("podtailor.recommender")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="podtailor-recommender", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Exit codes: 0 success, 1 the command failed, 2 bad usage or input "
-                                            "(nothing was changed).")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser, sub = command_parser("podtailor-recommender", DESCRIPTION, __version__)
     once = sub.add_parser("once", help="run a single pass and print the recommendations",
                           description="Run one recommender pass: read new usage history, write VPA status, "
                                       "print what was recommended.")

@@ -27,6 +27,19 @@ class UsageError(Exception):
     """Bad command-line input; nothing was contacted or changed."""
 
 
+EXIT_CODES = "Exit codes: 0 success, 1 the command failed, 2 bad usage or input (nothing was changed)."
+
+
+def command_parser(prog: str, description: str, version: str) -> tuple[argparse.ArgumentParser,
+                                                                          argparse._SubParsersAction]:  # type: ignore[type-arg]
+    """A CLI's top-level parser (description kept as written, exit codes in the epilog, --version) and its
+    subcommands."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
+
+
 def duration_s(text: str) -> float:
     m = _DURATION.match(text.strip())
     if m is None:

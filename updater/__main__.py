@@ -47,14 +47,9 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from recommender.plumbing import add_kube_flags, duration_s
+    from recommender.plumbing import add_kube_flags, command_parser, duration_s
 
-    parser = argparse.ArgumentParser(prog="podtailor-updater", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Exit codes: 0 success, 1 the command failed, 2 bad usage or input "
-                                            "(nothing was changed).")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser, sub = command_parser("podtailor-updater", DESCRIPTION, __version__)
     plan = sub.add_parser("plan", help="show what would be done, change nothing",
                           description="Dry run: decisions per pod and canary batches per node pool.")
     run = sub.add_parser("run", help="run continuously (in-cluster mode)",
