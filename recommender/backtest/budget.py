@@ -47,6 +47,10 @@ class BudgetParams:
     """Block length in hours; None = from the baseline's change count on each series (module docstring)."""
     baseline: str = "vpa"
     """The strategy whose changes and CPU time over the request set the budget."""
+    cpu_split: str = "price"
+    """How the CPU seconds over the request are shared among blocks: "price" (default, ``budget_levels``) or
+    "equal" (each block may be over for the baseline's share of its own time, the rule of the earlier hand
+    bound; kept to show what that rule wastes)."""
     memory_ooms: bool = False
     """False: memory = the block's peak (no OOM). True: also spend the baseline's OOM-equivalents on the series
     (``budget_levels`` counting steps above the level), which is what the goals allow a real strategy."""
@@ -144,6 +148,8 @@ def oracle_budget(series: Series, cfg: ReplayConfig, grid: Grid, baseline: Total
                   params: BudgetParams | None = None) -> Plan:
     """The budgeted oracle's plan for ``series`` given the baseline's ``Totals`` on it (module docstring)."""
     params = params or BudgetParams()
+    if params.cpu_split not in ("price", "equal"):
+        raise ValueError("cpu_split must be 'price' or 'equal'")
     first = min(grid.first_scored_step, grid.steps)
     scored_steps = grid.steps - first
     size = (block_length(scored_steps, baseline.changes) if params.block_hours is None
@@ -154,9 +160,17 @@ def oracle_budget(series: Series, cfg: ReplayConfig, grid: Grid, baseline: Total
     sample_block = step_block[grid.sample_step[scored]]
     start = start_resources(series, grid, cfg)
     start_cpu = (start.requests.cpu_millicores or 0) / 1000.0
-    cpu_req = _fill(budget_levels(series.cpu_cores[scored], grid.durations_s[scored], sample_block, blocks,
-                                  baseline.cpu_over_request_s), start_cpu)
-    cpu_lim = _fill(block_peaks(series.cpu_cores[scored], sample_block, blocks), start_cpu)
+    cpu, seconds = series.cpu_cores[scored], grid.durations_s[scored]
+    if params.cpu_split == "equal":
+        share = baseline.cpu_over_request_s / baseline.seconds if baseline.seconds > 0 else 0.0
+        budget = share * np.bincount(sample_block, weights=seconds, minlength=blocks)
+        levels = np.array([budget_levels(cpu[sample_block == k], seconds[sample_block == k],
+                                         np.zeros(int(np.sum(sample_block == k)), dtype=np.int64), 1,
+                                         float(budget[k]))[0] for k in range(blocks)])
+    else:
+        levels = budget_levels(cpu, seconds, sample_block, blocks, baseline.cpu_over_request_s)
+    cpu_req = _fill(levels, start_cpu)
+    cpu_lim = _fill(block_peaks(cpu, sample_block, blocks), start_cpu)
     if series.memory_bytes is None:
         mem = np.full(blocks, math.inf)
     elif params.memory_ooms:

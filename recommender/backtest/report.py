@@ -37,7 +37,8 @@ COLUMNS = (("series", "series", "{:d}"), ("series_days", "series-days", "{:d}"),
            ("changes_per_series_day", "changes / series-day", "{:.2f}"))
 
 
-def _gap(base: float | None, best: float | None, value: float | None) -> float | None:
+def gap_closed(base: float | None, best: float | None, value: float | None) -> float | None:
+    """(base - value) / (base - best); None when a figure is missing or base is not above best."""
     if base is None or best is None or value is None or base - best <= 0:
         return None
     return (base - value) / (base - best)
@@ -48,8 +49,8 @@ def goals(by_name: dict[str, Metrics], name: str, baseline: str = "vpa") -> dict
     if name not in by_name or baseline not in by_name or ORACLE not in by_name:
         return None
     m, b, o = by_name[name], by_name[baseline], by_name[ORACLE]
-    cpu_gap = _gap(b.cpu_slack_cores, o.cpu_slack_cores, m.cpu_slack_cores)
-    mem_gap = _gap(b.memory_slack_gib, o.memory_slack_gib, m.memory_slack_gib)
+    cpu_gap = gap_closed(b.cpu_slack_cores, o.cpu_slack_cores, m.cpu_slack_cores)
+    mem_gap = gap_closed(b.memory_slack_gib, o.memory_slack_gib, m.memory_slack_gib)
     checks = {
         "cpu_gap_closed": cpu_gap, "memory_gap_closed": mem_gap,
         "cpu_gap_at_least_half": cpu_gap is not None and cpu_gap >= 0.5,
@@ -67,8 +68,8 @@ def reachability(by_name: dict[str, Metrics], baseline: str = "vpa") -> dict[str
     if ORACLE_BUDGET not in by_name or baseline not in by_name or ORACLE not in by_name:
         return {}
     r, b, o = by_name[ORACLE_BUDGET], by_name[baseline], by_name[ORACLE]
-    cpu_gap = _gap(b.cpu_slack_cores, o.cpu_slack_cores, r.cpu_slack_cores)
-    mem_gap = _gap(b.memory_slack_gib, o.memory_slack_gib, r.memory_slack_gib)
+    cpu_gap = gap_closed(b.cpu_slack_cores, o.cpu_slack_cores, r.cpu_slack_cores)
+    mem_gap = gap_closed(b.memory_slack_gib, o.memory_slack_gib, r.memory_slack_gib)
     return {"budget_oracle_cpu_gap_closed": cpu_gap, "budget_oracle_memory_gap_closed": mem_gap,
             "half_cpu_gap_reachable": cpu_gap is not None and cpu_gap >= 0.5,
             "half_memory_gap_reachable": mem_gap is None or mem_gap >= 0.5}

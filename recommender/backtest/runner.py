@@ -52,8 +52,12 @@ class StrategySpec:
             return {"knows_future": True, "baseline": p.baseline,
                     "block_hours": p.block_hours if p.block_hours is not None
                     else "ceil(scored hours / (baseline changes on the series + 1))",
-                    "memory": "request = limit = peak of the block",
-                    "cpu_request": "lowest level with time above it <= baseline's over-request share, per block",
+                    "memory": ("levels spending the baseline's OOM-equivalents on the series" if p.memory_ooms
+                               else "request = limit = peak of the block (no OOM)"),
+                    "cpu_request": ("per block, the baseline's over-request share of the block's time"
+                                    if p.cpu_split == "equal" else
+                                    "per block, seconds over it summed over the series <= the baseline's, "
+                                    "split by one price per second over"),
                     "cpu_limit": "peak of the block"}
         return get_strategy(self.name, **dict(self.overrides)).parameters()
 
@@ -81,7 +85,7 @@ class BacktestResult:
         return days / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def _parity(series_id: str, position: int) -> str:
+def parity(series_id: str, position: int) -> str:
     match = re.search(r"(\d+)$", series_id)
     number = int(match.group(1)) if match else position
     return "odd" if number % 2 else "even"
@@ -142,7 +146,7 @@ def run_series(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayC
     started = time.perf_counter()
     chosen = (s for i, s in enumerate(series) if limit is None or i < limit)
     for position, (sid, per) in enumerate(_results(chosen, specs, cfg, workers), start=1):
-        for sub in ("all", _parity(sid, position)):
+        for sub in ("all", parity(sid, position)):
             for name, t in per.items():
                 result.totals[sub][name] = result.totals[sub][name] + t
         if limit is not None and position >= limit:

@@ -65,9 +65,11 @@ def body(result: object, doc: dict[str, object], facts: str) -> str:
            "Rows marked (reference) know the future and are not selectable strategies: `oracle` provisions each "
            "hour's own peak; `oracle-budget` holds one level per block, with at most as many changes as VPA "
            "and at most as much CPU time over the request as VPA on each series (blocks of "
-           "ceil(scored hours / (VPA's changes + 1)); memory = the block's peak, so no OOM; CPU request = "
-           "the lowest level whose time above it stays within VPA's over-request share; "
-           "`recommender/backtest/budget.py`).", ""]
+           "ceil(scored hours / (VPA's changes on the series + 1)); memory = the block's peak, so no OOM; CPU "
+           "request = per block one of its own samples, the seconds above the requests summed over the series "
+           "within VPA's and spent where they save the most slack; `recommender/backtest/budget.py`). "
+           "Since it may spend VPA's time over the request, its CPU slack can fall below the oracle's, which "
+           "spends none.", ""]
     for sub, title in (("all", "All series"), ("odd", "Odd series (podtailor tuned here)"),
                        ("even", "Even series (held out)")):
         out += [f"### {title}", "", markdown(result, sub), ""]

@@ -140,3 +140,17 @@ def test_goals_state_whether_the_budgeted_oracle_reaches_half_the_gap() -> None:
     del by_name["oracle-budget"]
     g = goals(by_name, "podtailor")
     assert g is not None and "half_cpu_gap_reachable" not in g
+
+
+def test_an_equal_share_per_block_wastes_the_seconds_the_price_split_spends() -> None:
+    # The series' burst is 900 s in block 0; VPA's 900 s over 172,800 scored seconds is a 0.52% share, i.e. 450 s
+    # per 24 h block: neither block may drop under the equal split, so block 0 keeps the burst's 1.0 core.
+    s, cfg = series(), ReplayConfig()
+    grid = make_grid(s, cfg)
+    baseline = Totals(changes=1, cpu_over_request_s=900.0, seconds=2 * 86400.0)
+    equal = oracle_budget(s, cfg, grid, baseline, BudgetParams(cpu_split="equal"))
+    np.testing.assert_array_equal(equal.cpu_request[[24, 48]], [1.0, 0.5])
+    price = oracle_budget(s, cfg, grid, baseline)
+    np.testing.assert_array_equal(price.cpu_request[[24, 48]], [0.2, 0.5])
+    with pytest.raises(ValueError, match="cpu_split"):
+        oracle_budget(s, cfg, grid, baseline, BudgetParams(cpu_split="even"))
