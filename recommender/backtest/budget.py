@@ -144,6 +144,18 @@ def _fill(levels: FloatArray, start: float) -> FloatArray:
     return levels[np.where(idx >= 0, idx, ok[0])]
 
 
+def _cpu_requests(cpu: FloatArray, seconds: FloatArray, block: IntArray, blocks: int, baseline: Totals,
+                  split: str) -> FloatArray:
+    """Per block the CPU request: the "price" split of the baseline's seconds over the request, or "equal"."""
+    if split == "price":
+        return budget_levels(cpu, seconds, block, blocks, baseline.cpu_over_request_s)
+    share = baseline.cpu_over_request_s / baseline.seconds if baseline.seconds > 0 else 0.0
+    allowed = share * np.bincount(block, weights=seconds, minlength=blocks)
+    return np.array([budget_levels(cpu[block == k], seconds[block == k], np.zeros(int(np.sum(block == k)),
+                                                                                 dtype=np.int64), 1,
+                                   float(allowed[k]))[0] for k in range(blocks)])
+
+
 def oracle_budget(series: Series, cfg: ReplayConfig, grid: Grid, baseline: Totals,
                   params: BudgetParams | None = None) -> Plan:
     """The budgeted oracle's plan for ``series`` given the baseline's ``Totals`` on it (module docstring)."""
@@ -161,25 +173,15 @@ def oracle_budget(series: Series, cfg: ReplayConfig, grid: Grid, baseline: Total
     start = start_resources(series, grid, cfg)
     start_cpu = (start.requests.cpu_millicores or 0) / 1000.0
     cpu, seconds = series.cpu_cores[scored], grid.durations_s[scored]
-    if params.cpu_split == "equal":
-        share = baseline.cpu_over_request_s / baseline.seconds if baseline.seconds > 0 else 0.0
-        budget = share * np.bincount(sample_block, weights=seconds, minlength=blocks)
-        levels = np.array([budget_levels(cpu[sample_block == k], seconds[sample_block == k],
-                                         np.zeros(int(np.sum(sample_block == k)), dtype=np.int64), 1,
-                                         float(budget[k]))[0] for k in range(blocks)])
-    else:
-        levels = budget_levels(cpu, seconds, sample_block, blocks, baseline.cpu_over_request_s)
-    cpu_req = _fill(levels, start_cpu)
+    cpu_req = _fill(_cpu_requests(cpu, seconds, sample_block, blocks, baseline, params.cpu_split), start_cpu)
     cpu_lim = _fill(block_peaks(cpu, sample_block, blocks), start_cpu)
     if series.memory_bytes is None:
         mem = np.full(blocks, math.inf)
-    elif params.memory_ooms:
-        mem = _fill(budget_levels(series.memory_bytes[scored], grid.durations_s[scored], sample_block, blocks,
-                                  float(baseline.ooms), grid.sample_step[scored]),
-                    float(start.requests.memory_bytes or 0))
     else:
-        mem = _fill(block_peaks(series.memory_bytes[scored], sample_block, blocks),
-                    float(start.requests.memory_bytes or 0))
+        used = series.memory_bytes[scored]
+        levels = (budget_levels(used, seconds, sample_block, blocks, float(baseline.ooms), grid.sample_step[scored])
+                  if params.memory_ooms else block_peaks(used, sample_block, blocks))
+        mem = _fill(levels, float(start.requests.memory_bytes or 0))
     req, lim, mem_s = cpu_req[step_block], cpu_lim[step_block], mem[step_block]
     changed = np.concatenate([[0.0], ((req[1:] != req[:-1]) | (lim[1:] != lim[:-1])
                                       | (mem_s[1:] != mem_s[:-1])).astype(np.float64)])
