@@ -2,7 +2,8 @@
 
 Owns ``add_backtest_parser(subparsers)`` and ``run_backtest(args) -> int`` (exit codes as the rest of the
 command line: 0 done, 2 bad usage or input, with a one-line error on stderr). Strategies are registry names with
-optional overrides (``--set podtailor.resize_down_fraction=0.3``); ``oracle`` is always added as the floor. The
+optional overrides (``--set podtailor.resize_down_fraction=0.3``); ``oracle`` is always added as the floor, and
+``oracle-budget`` (the oracle held to VPA's changes and CPU time over the request) whenever ``vpa`` runs. The
 Prometheus input (``--prometheus``) is not wired yet: ``runner.run_history`` takes the
 ``dict[ContainerKey, UsageBatch]`` that ``recommender.sources`` builds, but the command line has no source
 wiring for it, so the flag reports "not yet" and exits 2.
@@ -21,14 +22,15 @@ from rich.console import Console
 
 from recommender.backtest.replay import ReplayConfig
 from recommender.backtest.report import print_report, write_json, write_png
-from recommender.backtest.runner import ORACLE, StrategySpec, run_trace
+from recommender.backtest.runner import ORACLE, ORACLE_BUDGET, REFERENCES, StrategySpec, run_trace
 from recommender.backtest.trace import TraceColumns, TraceError
 from recommender.model.registry import STRATEGIES, get_strategy
 
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
 becomes the request and limit until the next one. Scores CPU and memory slack, OOM-equivalents, CPU minutes
-over the limit and the request, and changes, beside an oracle that provisions each hour's own peak.
+over the limit and the request, and changes, beside an oracle that provisions each hour's own peak (and, with vpa,
+an oracle held to VPA's changes and CPU time over the request, series by series).
 
 Trace format: a CSV (or .csv.gz) with one row per series per sample, rows of a series contiguous:
 series_id,timestamp_s,cpu_cores,memory_bytes[,cpu_provisioned_cores,memory_provisioned_bytes].
@@ -46,7 +48,8 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="?", type=Path, help="trace CSV or CSV.gz")
     p.add_argument("--prometheus", action="store_true", help="read history from Prometheus (not yet wired)")
     p.add_argument("--strategies", default=",".join(STRATEGIES),
-                   help=f"comma-separated strategy names (default {','.join(STRATEGIES)}; oracle always added)")
+                   help=f"comma-separated strategy names (default {','.join(STRATEGIES)}; "
+                        "oracle always added, oracle-budget with vpa)")
     p.add_argument("--set", action="append", default=[], metavar="STRATEGY.PARAM=VALUE",
                    help="override a strategy parameter (Python literal), repeatable")
     cols = p.add_argument_group("trace columns")
@@ -77,7 +80,7 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _specs(args: argparse.Namespace) -> list[StrategySpec]:
-    names = [n.strip() for n in str(args.strategies).split(",") if n.strip() and n.strip() != ORACLE]
+    names = [n.strip() for n in str(args.strategies).split(",") if n.strip() and n.strip() not in REFERENCES]
     overrides: dict[str, dict[str, Any]] = {n: {} for n in names}
     for item in args.set:
         target, _, value = str(item).partition("=")
@@ -91,7 +94,8 @@ def _specs(args: argparse.Namespace) -> list[StrategySpec]:
     specs = [StrategySpec(name=n, overrides=tuple(sorted(overrides[n].items()))) for n in names]
     for spec in specs:
         get_strategy(spec.name, **dict(spec.overrides))  # unknown names and parameters raise ValueError here
-    return [*specs, StrategySpec(name=ORACLE)]
+    budget = [StrategySpec(name=ORACLE_BUDGET)] if "vpa" in names else []
+    return [*specs, StrategySpec(name=ORACLE), *budget]
 
 
 def _columns(args: argparse.Namespace) -> TraceColumns:

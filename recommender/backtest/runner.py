@@ -1,4 +1,4 @@
-"""Running a backtest: every strategy and the oracle over every series, in worker processes, into a result.
+"""Running a backtest: every strategy and reference row over every series, in worker processes, into a result.
 
 Owns the orchestration and the result value. Series stream from a trace (``run_trace``) or come from
 Prometheus-style history (``run_history``: ``dict[ContainerKey, UsageBatch]``, one batch per container holding
@@ -6,6 +6,9 @@ its whole history, as ``recommender.sources`` builds them); each series is repla
 worker (``workers`` processes; 1 runs inline) and scored, and the scores are summed per strategy over three
 subsets: ``all``, ``odd`` and ``even`` series (by the number at the end of the series id, or the series' position
 in the input when it has none), so a strategy tuned on the odd half can be reported on the held-out even half.
+The reference rows (``REFERENCES``) know the future and are not strategies: ``oracle`` (``replay.oracle``) and
+``oracle-budget`` (``budget.oracle_budget``, which takes its budget from its baseline's scores on the same
+series, so it runs after it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from recommender.backtest.budget import BudgetParams, oracle_budget
 from recommender.backtest.replay import ReplayConfig, make_grid, oracle, replay
 from recommender.backtest.scoring import Metrics, Totals, metrics, score
 from recommender.backtest.trace import ReadStats, Series, TraceColumns, read_trace
@@ -27,6 +31,9 @@ from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerKey, CurrentResources, UsageBatch
 
 ORACLE = "oracle"
+ORACLE_BUDGET = "oracle-budget"
+REFERENCES = (ORACLE, ORACLE_BUDGET)
+"""Reference rows that know the future: shown in every table, never selectable as a real strategy."""
 SUBSETS = ("all", "odd", "even")
 
 
@@ -40,7 +47,23 @@ class StrategySpec:
     def parameters(self) -> dict[str, Any]:
         if self.name == ORACLE:
             return {"knows_future": True, "request": "peak of the step being provisioned", "limit": "= request"}
+        if self.name == ORACLE_BUDGET:
+            p = self.budget_params()
+            return {"knows_future": True, "baseline": p.baseline,
+                    "block_hours": p.block_hours if p.block_hours is not None
+                    else "ceil(scored hours / (baseline changes on the series + 1))",
+                    "memory": ("levels spending the baseline's OOM-equivalents on the series" if p.memory_ooms
+                               else "request = limit = peak of the block (no OOM)"),
+                    "cpu_request": ("per block, the baseline's over-request share of the block's time"
+                                    if p.cpu_split == "equal" else
+                                    "per block, seconds over it summed over the series <= the baseline's, "
+                                    "split by one price per second over"),
+                    "cpu_limit": "peak of the block"}
         return get_strategy(self.name, **dict(self.overrides)).parameters()
+
+    def budget_params(self) -> BudgetParams:
+        """The ``oracle-budget`` row's parameters (unknown overrides raise ``TypeError``)."""
+        return BudgetParams(**dict(self.overrides))
 
 
 @dataclass(slots=True)
@@ -62,25 +85,31 @@ class BacktestResult:
         return days / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def _parity(series_id: str, position: int) -> str:
+def parity(series_id: str, position: int) -> str:
     match = re.search(r"(\d+)$", series_id)
     number = int(match.group(1)) if match else position
     return "odd" if number % 2 else "even"
 
 
 def score_series(series: Series, specs: list[StrategySpec], cfg: ReplayConfig) -> dict[str, Totals]:
-    """Replay one series under every strategy (and the oracle when listed) and score it."""
+    """Replay one series under every strategy and score it; the reference rows when listed (the budgeted
+    oracle after its baseline, whose ``Totals`` on this series set its budget)."""
     if len(series) < 2:
         return {}
     grid = make_grid(series, cfg)
     out: dict[str, Totals] = {}
-    for spec in specs:
+    for spec in sorted(specs, key=lambda s: s.name == ORACLE_BUDGET):
         if spec.name == ORACLE:
             plan = oracle(series, cfg, grid)
+        elif spec.name == ORACLE_BUDGET:
+            params = spec.budget_params()
+            if params.baseline not in out:
+                raise ValueError(f"{ORACLE_BUDGET} needs its baseline {params.baseline!r} among the strategies")
+            plan = oracle_budget(series, cfg, grid, out[params.baseline], params)
         else:
             plan = replay(series, get_strategy(spec.name, **dict(spec.overrides)), cfg, grid)
         out[spec.name] = score(series, plan, grid)
-    return out
+    return {spec.name: out[spec.name] for spec in specs}
 
 
 def _work(args: tuple[Series, list[StrategySpec], ReplayConfig]) -> dict[str, Totals]:
@@ -107,12 +136,17 @@ def _results(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayCon
 def run_series(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayConfig, *, workers: int = 1,
                limit: int | None = None, source: str = "", stats: ReadStats | None = None) -> BacktestResult:
     """Backtest every strategy of ``specs`` over ``series`` (at most ``limit`` of them)."""
+    names = {spec.name for spec in specs}
+    for spec in specs:
+        if spec.name == ORACLE_BUDGET and spec.budget_params().baseline not in names:
+            raise ValueError(f"{ORACLE_BUDGET} needs its baseline {spec.budget_params().baseline!r} "
+                             "among the strategies")
     result = BacktestResult(strategies=specs, config=cfg, source=source, read_stats=stats or ReadStats())
     result.totals = {sub: {spec.name: Totals() for spec in specs} for sub in SUBSETS}
     started = time.perf_counter()
     chosen = (s for i, s in enumerate(series) if limit is None or i < limit)
     for position, (sid, per) in enumerate(_results(chosen, specs, cfg, workers), start=1):
-        for sub in ("all", _parity(sid, position)):
+        for sub in ("all", parity(sid, position)):
             for name, t in per.items():
                 result.totals[sub][name] = result.totals[sub][name] + t
         if limit is not None and position >= limit:

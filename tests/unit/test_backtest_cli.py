@@ -55,7 +55,7 @@ def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["schema"] == "podtailor.backtest/v1"
     assert set(doc["subsets"]) == {"all", "odd", "even"}
-    assert set(doc["subsets"]["all"]) == {"vpa", "podtailor", "oracle"}
+    assert set(doc["subsets"]["all"]) == {"vpa", "podtailor", "oracle", "oracle-budget"}  # the budget rides on vpa
     row = doc["subsets"]["all"]["oracle"]
     assert set(row) == {"series", "series_days", "cpu_slack_cores", "cpu_slack_rel", "memory_slack_gib",
                         "memory_slack_rel", "ooms_per_series_day", "oom_free_days", "cpu_over_limit_min_per_day",
@@ -64,5 +64,9 @@ def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
     assert doc["strategies"]["podtailor"]["parameters"]["resize_down_fraction"] == 0.3
     assert doc["strategies"]["vpa"]["parameters"]["margin_fraction"] == 0.15
     assert doc["goals"]["all"]["strategy"] == "podtailor" and "memory_gap_closed" in doc["goals"]["all"]
+    assert isinstance(doc["goals"]["all"]["half_cpu_gap_reachable"], bool)
+    assert doc["strategies"]["oracle-budget"]["parameters"]["baseline"] == "vpa"
+    budget, vpa = doc["subsets"]["all"]["oracle-budget"], doc["subsets"]["all"]["vpa"]
+    assert budget["changes_per_series_day"] <= vpa["changes_per_series_day"] and budget["ooms_per_series_day"] == 0
     assert doc["config"]["warmup_s"] == 86400.0 and doc["speed"]["series_days_per_s"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
