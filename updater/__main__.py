@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Any:
+    """(Executor, ApiClient, ClusterReader) for the flags; every read lists (``run`` adds the watch-fed caches:
+    ``watch``)."""
     from recommender.plumbing import UsageError as CliUsageError
     from recommender.plumbing import kube_client
     from updater.kube.snapshot import ClusterReader
@@ -99,10 +102,11 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
         raise UsageError(str(err)) from None
     reader = ClusterReader(api)
     namespaces = tuple(args.namespace)
-    return Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
-                    planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
-                    policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
-                    metrics=metrics), api
+    executor = Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
+                        planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
+                        policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
+                        metrics=metrics)
+    return executor, api, reader
 
 
 def _changes(d: Any) -> str:
@@ -122,7 +126,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from updater.policy.planner import summary
 
-    executor, _ = build_executor(args)
+    executor, _, _ = build_executor(args)
     _, plans = executor.plan(time.time())
     if args.output == "json":
         out = {"schemaVersion": "podtailor.io/plan/v1", "plans": [{
@@ -151,7 +155,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 MIN_PASS_GAP_S = 0.5
-"""Passes start at least this far apart, even when a bake end calls for the next one sooner."""
+"""Passes start at least this far apart, even when a bake end or a pod change calls for the next one sooner."""
+WATCH_POOL_SIZE = 32
+"""Connections of the watches' own client: one held open per watched kind and namespace, plus their relists."""
+
+
+def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
+          on_pod_change: Callable[[], None]) -> Callable[[], None]:
+    """Start the watch-fed caches of the executor's reader and journal (``informer.py``): a pass then reads
+    from memory while they are current and lists otherwise. The watches get a client of their own (same
+    credentials, a pool big enough for the open streams); returns the function that stops them."""
+    import copy
+
+    from kubernetes import client
+
+    config = copy.copy(api.configuration)
+    config.connection_pool_maxsize = WATCH_POOL_SIZE
+    watch_api = client.ApiClient(config)
+    reader.start_watching(namespaces, watch_api, on_pod_change=on_pod_change)
+    executor.store.start_watching(watch_api)
+
+    def stop() -> None:
+        reader.stop_watching()
+        executor.store.stop_watching()
+
+    return stop
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -159,23 +187,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     from recommender.serve import Health, make_server
     registry = CollectorRegistry()
     metrics = UpdaterMetrics(registry)
-    executor, api = build_executor(args, metrics)
+    executor, api, reader = build_executor(args, metrics)
     host, _, port = args.listen.rpartition(":")
     health = Health(stale_after_s=3 * args.interval + 60)
     server = make_server(host or "0.0.0.0", int(port), registry, health)
     stop, leading, exit_code = threading.Event(), threading.Event(), [0]
+    pod_changed = threading.Event()
 
     def loop() -> None:
         with health.lock:
             health.leading = True
+        stop_watching = watch(executor, api, reader, tuple(args.namespace), pod_changed.set)
+        try:
+            passes()
+        finally:
+            stop_watching()
+
+    def passes() -> None:
         while not stop.is_set():
-            started, wait_s = time.monotonic(), args.interval
+            started, wait_s, awaiting = time.monotonic(), args.interval, False
+            pod_changed.clear()  # a change from now on may not be in this pass's read
             try:
                 with metrics.pass_seconds.time():
                     result = executor.run_pass(time.time())
                 if result.next_bake_end_s is not None:  # a bake ends before the interval: pass right after it
                     due_s = time.monotonic() - started + result.next_bake_end_s + 0.05 - time.time()
                     wait_s = max(MIN_PASS_GAP_S, min(wait_s, due_s))
+                awaiting = result.awaiting_pods
                 metrics.passes.labels("ok").inc()
                 metrics.writes.inc(result.writes)
                 metrics.rollouts_started.inc(len(result.started))
@@ -188,20 +226,28 @@ def cmd_run(args: argparse.Namespace) -> int:
                 log.error("pass failed; retrying at the next interval",
                           extra={"error": str(err), "retry_after_s": retry_after})
                 stop.wait(max(0.0, retry_after - args.interval))
-            stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
+            if awaiting:  # a batch waits for the kubelets: pass again as soon as a watched pod changes
+                stop.wait(max(0.0, MIN_PASS_GAP_S - (time.monotonic() - started)))
+                pod_changed.wait(max(0.0, wait_s - (time.monotonic() - started)))
+            else:
+                stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
 
     def start_work() -> None:
         leading.set()
         loop()
 
+    def halt() -> None:
+        stop.set()
+        pod_changed.set()  # ends a wait for a pod change too
+
     def lost() -> None:
         if leading.is_set():
             log.error("leadership lost; exiting so the pod restarts as a candidate")
             exit_code[0] = 1
-        stop.set()
+        halt()
 
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: halt())
+    signal.signal(signal.SIGINT, lambda *_: halt())
     if args.leader_elect:
         start_election(api, name=args.leader_election_id, namespace=args.leader_election_namespace,
                        identity=f"{socket.gethostname()}-{os.getpid()}", on_started=start_work, on_stopped=lost)
@@ -218,7 +264,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from updater.rollout import machine
     from updater.rollout.journal import Phase
 
-    executor, _ = build_executor(args)
+    executor, _, _ = build_executor(args)
     r = executor.store.get(args.rollout)
     if r is None:
         print(f"error: no ResizeRollout named {args.rollout!r}", file=sys.stderr)
