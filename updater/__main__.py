@@ -36,7 +36,8 @@ ResizeRollout object, so a restarted updater resumes without resizing anything t
 
 commands:
   plan      dry run: what would be resized, how (online, restart, fallback), in which batch
-  run       continuous: a pass every --interval with leader election, /metrics, /healthz, /readyz
+  run       continuous: a pass every --interval (sooner when a bake ends or a verified batch's pods
+            change), reading from watch-fed caches, with leader election, /metrics, /healthz, /readyz
   rollback  restore the recorded resources of every pod a rollout touched
   webhook   mutating admission webhook: new pods start at the VPA target
 """
