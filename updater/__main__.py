@@ -157,21 +157,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 MIN_PASS_GAP_S = 0.5
 """Passes start at least this far apart, even when a bake end or a pod change calls for the next one sooner."""
-WATCH_POOL_SIZE = 32
-"""Connections of the watches' own client: one held open per watched kind and namespace, plus their relists."""
 
 
 def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
           on_pod_change: Callable[[], None]) -> Callable[[], None]:
     """Start the watch-fed caches of the executor's reader and journal (``informer.py``): a pass then reads
     from memory while they are current and lists otherwise. The watches get a client of their own (same
-    credentials, a pool big enough for the open streams); returns the function that stops them."""
+    credentials, a connection pool as big as the streams held open, one per kind and namespace, and not paced
+    by ``--kube-api-qps``: each watch sends a request per 15 s, or per back-off after an error); returns the
+    function that stops them."""
     import copy
 
     from kubernetes import client
 
     config = copy.copy(api.configuration)
-    config.connection_pool_maxsize = WATCH_POOL_SIZE
+    config.connection_pool_maxsize = (len(reader.listings) + 1) * max(1, len(namespaces)) + 2
     watch_api = client.ApiClient(config)
     reader.start_watching(namespaces, watch_api, on_pod_change=on_pod_change)
     executor.store.start_watching(watch_api)

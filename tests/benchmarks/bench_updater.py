@@ -675,10 +675,39 @@ def report(pt: PlanTiming | None, runs: Sequence[ClusterRun], facts: str) -> str
                   "kubelets' status reports, on 2 shared cores), so the share it takes falls as the bakes grow: the "
                   "short bake shows that fixed cost, the longer one a bake closer to what a canary step waits in "
                   "practice."]
+    compared = _reads_compared(runs)
+    if compared:
+        lines += ["", compared]
     for run in runs:
         if run.passes:
             lines += ["", *_run_details(run, titled=len(runs) > 1)]
     return "\n".join(lines)
+
+
+def _reads_compared(runs: Sequence[ClusterRun]) -> str:
+    """Per bake length run both ways: the time beyond the bakes and the median read, caches vs listing."""
+    def read_s(run: ClusterRun) -> float:
+        return statistics.median(p.phases.get("snapshot: total", 0.0) for p in run.passes)
+
+    parts = []
+    for bake in dict.fromkeys(r.bake_s for r in runs):
+        by = {r.reads: r for r in runs if r.bake_s == bake and r.passes}
+        if "list" not in by or "watch" not in by:
+            continue
+        listed, watched = by["list"], by["watch"]
+        extra_l, extra_w = listed.converged_s - bake * listed.steps, watched.converged_s - bake * watched.steps
+        parts.append(f"{bake:g} s bakes: {extra_w:.1f} s beyond the bakes with the caches vs {extra_l:.1f} s listing "
+                     f"({extra_w / extra_l:.2f}x), a pass's read {read_s(watched):.2f} s vs {read_s(listed):.2f} s "
+                     f"(median), bake end → next batch {_lag_sum(watched):.1f} s vs {_lag_sum(listed):.1f} s "
+                     f"(summed over the batches, averaged over the pools)")
+    if not parts:
+        return ""
+    return ("Read modes side by side (one run each, alternating, each on a fresh cluster; load averages in the "
+            "table above): " + "; ".join(parts) + ".")
+
+
+def _lag_sum(run: ClusterRun) -> float:
+    return sum(x[4] for x in _batch_timeline(run) if not math.isnan(x[4]))
 
 
 def _run_details(run: ClusterRun, titled: bool) -> list[str]:

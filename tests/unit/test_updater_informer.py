@@ -103,6 +103,19 @@ def test_events_are_applied_in_order_and_a_deletion_removes_the_pod() -> None:
     assert informer.resource_version == "20"  # the next watch continues after the bookmark
 
 
+def test_managed_fields_are_not_kept() -> None:
+    with_fields = pod("a", 10)
+    with_fields["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    server = Server(lists=[([with_fields], "10")], watches=[])
+    informer = Informer(server.listing(), "shop")
+    informer.relist()
+    informer.apply(event("ADDED", {**pod("b", 11), "metadata": {**pod("b", 11)["metadata"], "managedFields": []}}))
+    items = informer.items()
+    assert items is not None and [sorted(o["metadata"]) for o in items] == [
+        ["name", "namespace", "resourceVersion", "uid"]] * 2
+    assert "managedFields" in with_fields["metadata"]  # the caller's object is left alone
+
+
 def test_an_older_version_never_replaces_a_newer_one() -> None:
     server = Server(lists=[([pod("a", 10)], "10")], watches=[])
     informer = Informer(server.listing(), "shop")

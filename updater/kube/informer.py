@@ -59,6 +59,15 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
+def trimmed(obj: Obj) -> Obj:
+    """The object without ``metadata.managedFields`` (nothing here reads it; often a third of a pod's size),
+    as client-go informers' transforms do, so a cache of every pod holds less."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
 def older(a: str, b: str) -> bool:
     """Version ``a`` is older than ``b``. Versions are opaque to clients; the API server's are etcd revisions,
     so two decimal ones compare as numbers, and anything else is taken as not older (the event wins)."""
@@ -100,7 +109,7 @@ class Informer:
         (no version in the answer) stays unsynced."""
         items, version = list_versioned(self.listing, self.namespace, **self.list_kwargs)
         with self._lock:
-            self._items = {object_key(o): o for o in items}
+            self._items = {object_key(o): trimmed(o) for o in items}
             self.resource_version = version
             self.synced = bool(version)
             self.last_contact = self.clock()
@@ -120,7 +129,7 @@ class Informer:
             changed = False
             if kind in ("ADDED", "MODIFIED"):
                 if newer:
-                    self._items[key], changed = obj, True
+                    self._items[key], changed = trimmed(obj), True
             elif kind == "DELETED":
                 if old is not None and newer:
                     del self._items[key]
@@ -138,7 +147,7 @@ class Informer:
         with self._lock:
             old = self._items.get(key)
             if self.synced and (old is None or not older(version, resource_version(old))):
-                self._items[key] = obj
+                self._items[key] = trimmed(obj)
 
     def mark_broken(self, why: str, err: BaseException | None = None) -> None:
         with self._lock:
