@@ -159,6 +159,24 @@ MIN_PASS_GAP_S = 0.5
 """Passes start at least this far apart, even when a bake end or a pod change calls for the next one sooner."""
 
 
+def pause_after_pass(result: Any, started: float, interval_s: float, stop: threading.Event,
+                     pod_changed: threading.Event | None) -> None:
+    """Wait as ``run`` does after a pass that started at ``started`` (``time.monotonic``) and returned
+    ``result`` (a PassResult): until ``interval_s`` after its start, or just after the next bake's end if that
+    is sooner, or, while a batch waits for the kubelets and pod changes are watched (``pod_changed``, cleared
+    when the pass started), until a pod changes; in the last two cases at least ``MIN_PASS_GAP_S`` after the
+    start. ``stop`` (and ``pod_changed``) end the wait."""
+    wait_s = interval_s
+    if result.next_bake_end_s is not None:  # a bake ends before the interval: pass right after it
+        due_s = time.monotonic() - started + result.next_bake_end_s + 0.05 - time.time()
+        wait_s = max(MIN_PASS_GAP_S, min(wait_s, due_s))
+    if result.awaiting_pods and pod_changed is not None:  # pass again as soon as a watched pod changes
+        stop.wait(max(0.0, MIN_PASS_GAP_S - (time.monotonic() - started)))
+        pod_changed.wait(max(0.0, wait_s - (time.monotonic() - started)))
+    else:
+        stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
+
+
 def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
           on_pod_change: Callable[[], None]) -> Callable[[], None]:
     """Start the watch-fed caches of the executor's reader and journal (``informer.py``): a pass then reads
@@ -206,15 +224,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def passes() -> None:
         while not stop.is_set():
-            started, wait_s, awaiting = time.monotonic(), args.interval, False
+            started = time.monotonic()
             pod_changed.clear()  # a change from now on may not be in this pass's read
             try:
                 with metrics.pass_seconds.time():
                     result = executor.run_pass(time.time())
-                if result.next_bake_end_s is not None:  # a bake ends before the interval: pass right after it
-                    due_s = time.monotonic() - started + result.next_bake_end_s + 0.05 - time.time()
-                    wait_s = max(MIN_PASS_GAP_S, min(wait_s, due_s))
-                awaiting = result.awaiting_pods
                 metrics.passes.labels("ok").inc()
                 metrics.writes.inc(result.writes)
                 metrics.rollouts_started.inc(len(result.started))
@@ -227,11 +241,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 log.error("pass failed; retrying at the next interval",
                           extra={"error": str(err), "retry_after_s": retry_after})
                 stop.wait(max(0.0, retry_after - args.interval))
-            if awaiting:  # a batch waits for the kubelets: pass again as soon as a watched pod changes
-                stop.wait(max(0.0, MIN_PASS_GAP_S - (time.monotonic() - started)))
-                pod_changed.wait(max(0.0, wait_s - (time.monotonic() - started)))
-            else:
-                stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
+                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+                continue
+            pause_after_pass(result, started, args.interval, stop, pod_changed)
 
     def start_work() -> None:
         leading.set()

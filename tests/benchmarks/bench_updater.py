@@ -37,7 +37,7 @@ from recommender.model.types import Resources
 from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.process import wait_until
-from updater.__main__ import watch
+from updater.__main__ import pause_after_pass, watch
 from updater.kube.snapshot import ClusterReader, ServerVersion, Snapshot
 from updater.policy.planner import plan
 from updater.policy.types import (
@@ -394,6 +394,15 @@ class ClusterRun:
     error: str = ""
     reads: str = "watch"
     """"watch": from the watch-fed caches, as ``run`` reads; "list": every kind and the journal listed per pass."""
+    loop: str = "back-to-back"
+    """"back-to-back" (or every ``--interval``), or "run": paced as ``run`` paces its passes."""
+    interval_s: float = 0.0
+
+    @property
+    def pacing(self) -> str:
+        if self.loop == "run":
+            return f"passes paced as `run` paces them (--interval {self.interval_s:g} s)"
+        return f"passes every {self.interval_s:g} s" if self.interval_s > 0 else "passes back to back"
     fallbacks: int = 0
     """Reads of a kind that listed because its cache was not (yet) current (``reads`` "watch")."""
 
@@ -430,7 +439,7 @@ def _proc_cpu_s(pid: int) -> float:
 
 def run_cluster(pods: int = 1000, pools: int = 4, bake_s: float = 10.0, interval_s: float = 0.0,
                 timeout_s: float = 900.0, log: Callable[[str], None] | None = None,
-                reads: str = "watch") -> ClusterRun:
+                reads: str = "watch", loop: str = "back-to-back") -> ClusterRun:
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     pool_names = [f"pool{i}" for i in range(pools)]
     per_pool = pods // pools
@@ -439,7 +448,8 @@ def run_cluster(pods: int = 1000, pools: int = 4, bake_s: float = 10.0, interval
     nodes_per_pool = max(1, math.ceil(per_pool * 0.5 * 1.25 / cores), math.ceil(per_pool / 100))
     steps = [{"fraction": 0, "bake": f"{bake_s:g}s"}, {"fraction": 0.25, "bake": f"{bake_s:g}s"},
              {"fraction": 1, "bake": f"{bake_s:g}s"}]
-    result = ClusterRun(pods=per_pool * pools, pools=pools, bake_s=bake_s, steps=len(steps), reads=reads,
+    result = ClusterRun(pods=per_pool * pools, pools=pools, bake_s=bake_s, steps=len(steps), reads=reads, loop=loop,
+                        interval_s=interval_s,
                         nodes_per_pool=nodes_per_pool, cores_per_node=cores)
     t_setup = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-updater-") as tmp:
@@ -527,10 +537,12 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
     executor = Executor(read=read, planner=planner, store=store, resizer=resizer, recorder=recorder,
                         policy=group_by_policy)
     result.parallelism = executor.parallelism
-    stop_watching = (watch(executor, api, reader, (NAMESPACE,), on_pod_change=lambda: None)
+    pod_changed = threading.Event()
+    stop_watching = (watch(executor, api, reader, (NAMESPACE,), on_pod_change=pod_changed.set)
                      if result.reads == "watch" else (lambda: None))
     try:
-        _passes(executor, store, resizer, result, interval_s, timeout_s, say)
+        _passes(executor, store, result, interval_s, timeout_s, say,
+                pod_changed if result.reads == "watch" else None)
     finally:
         stop_watching()
     result.fallbacks = reader.fallbacks
@@ -543,17 +555,21 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
     result.events_by_reason = dict(recorder.by_reason)
 
 
-def _passes(executor: Executor, store: CountingStore, resizer: CountingResizer, result: ClusterRun,
-            interval_s: float, timeout_s: float, say: Callable[[str], None]) -> None:
-    """Passes back to back (or every ``interval_s``) until every pool's rollout has ended."""
+def _passes(executor: Executor, store: CountingStore, result: ClusterRun, interval_s: float, timeout_s: float,
+            say: Callable[[str], None], pod_changed: threading.Event | None) -> None:
+    """Passes until every pool's rollout has ended: back to back (or every ``interval_s``), or with
+    ``result.loop`` "run" paced by ``run``'s own ``pause_after_pass`` with ``--interval`` ``interval_s``."""
     meter = result.meter
+    never = threading.Event()
     result.start = time.time()
     deadline = result.start + timeout_s
     last_report = result.start
     seen_verified: set[str] = set()
     while True:
         meter.this_pass = {}
-        t0 = time.time()
+        t0, started = time.time(), time.monotonic()
+        if pod_changed is not None:
+            pod_changed.clear()
         out = executor.run_pass(t0)
         t1 = time.time()
         result.resized += out.resized
@@ -578,7 +594,9 @@ def _passes(executor: Executor, store: CountingStore, resizer: CountingResizer, 
         if t1 > deadline:
             result.error = f"not converged within {timeout_s:.0f} s: {sorted(phases.values())}"
             break
-        if interval_s > 0:
+        if result.loop == "run":
+            pause_after_pass(out, started, interval_s, never, pod_changed)
+        elif interval_s > 0:
             time.sleep(max(0.0, interval_s - (time.time() - t0)))
 
 
@@ -654,10 +672,14 @@ def _convergence_row(run: ClusterRun) -> str:
     overhead = (run.converged_s - ideal) / ideal if ideal > 0 else math.nan
     load = f"load {run.load[0][0]:.1f} → {run.load[1][0]:.1f}"
     return (f"| convergence: {run.pods:,} pods in {run.pools} pools, ladder 0 / 0.25 / 1.0 x {run.bake_s:g} s bake "
-            f"(pools in parallel), {READS[run.reads]} | {run.converged_s:.1f} s vs {ideal:g} s of bakes: "
+            f"(pools in parallel), {READS[run.reads]}{_paced(run)} | {run.converged_s:.1f} s vs {ideal:g} s of bakes: "
             f"overhead {overhead:+.1%} "
             f"({run.converged_s - ideal:.1f} s; {len(run.passes)} passes; {load}) | overhead < {OVERHEAD_GOAL:.0%} | "
             f"{_met(overhead < OVERHEAD_GOAL)} |")
+
+
+def _paced(run: ClusterRun) -> str:
+    return f", {run.pacing}" if run.loop == "run" else ""
 
 
 def report(pt: PlanTiming | None, runs: Sequence[ClusterRun], facts: str) -> str:
@@ -711,7 +733,7 @@ def _lag_sum(run: ClusterRun) -> float:
 
 
 def _run_details(run: ClusterRun, titled: bool) -> list[str]:
-    lines = [f"### Cluster run, {run.bake_s:g} s bake, {READS[run.reads]}", ""] if titled else []
+    lines = [f"### Cluster run, {run.bake_s:g} s bake, {READS[run.reads]}{_paced(run)}", ""] if titled else []
     rows = ["| measurement | value | goal | |", "|---|---|---|---|"]
     resized = max(1, run.resized)
     w_no_events = run.store_writes + len(run.resizes)
@@ -746,7 +768,7 @@ def _run_details(run: ClusterRun, titled: bool) -> list[str]:
     lines += ["", f"Cluster: real control plane and the node simulator (own process, actuation delay 0.3 s) on the "
               f"same machine; {run.pools} pools x {run.nodes_per_pool} nodes x {run.cores_per_node} cores, "
               f"{run.pods // run.pools // 50 or 1} Deployments a pool, 500m/256Mi requests, 1/512Mi limits; VPA "
-              f"target 250m CPU; passes back to back. Load average {', '.join(f'{x:.2f}' for x in run.load[0])} when "
+              f"target 250m CPU; {run.pacing}. Load average {', '.join(f'{x:.2f}' for x in run.load[0])} when "
               f"the passes started, {', '.join(f'{x:.2f}' for x in run.load[1])} when they ended. Setup (cluster, "
               f"nodes, pods Ready) took {run.setup_s:.0f} s. Simulator CPU during the passes: {run.sim_cpu_s:.1f} s. "
               f"Final kubelet-reported CPU requests: {run.final_cpu}." + (
@@ -839,7 +861,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pools", type=int, default=4, help="node pools in the cluster run")
     parser.add_argument("--bake", type=float, nargs="+", default=[10.0, 60.0],
                         help="bake seconds of each of the 3 ladder steps; one cluster run per value")
-    parser.add_argument("--interval", type=float, default=0.0, help="seconds between pass starts (0: back to back)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between pass starts (default: 0, back to back; with --loop run: run's "
+                             "--interval, default 10)")
+    parser.add_argument("--loop", choices=["back-to-back", "run"], default="back-to-back",
+                        help="back to back (or every --interval), or paced as `podtailor-updater run` paces its passes "
+                             "(--interval, sooner at a bake's end, and with the caches at a pod change while a batch "
+                             "is verified)")
     parser.add_argument("--reads", choices=sorted(READS), nargs="+", default=["watch"],
                         help="how passes read: from the watch caches as `run` does (watch), or listing every pass "
                              "(list); with both, one run of each per bake length, alternating")
@@ -849,8 +877,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     facts = machine_facts()
     pt = bench_plan(args.plan_pods, args.plan_pools, args.plan_workloads) if args.plan_pods > 0 else None
-    runs = [] if args.no_cluster else [run_cluster(args.pods, args.pools, bake, args.interval, args.timeout,
-                                                   reads=reads) for bake in args.bake for reads in args.reads]
+    interval = args.interval if args.interval is not None else (10.0 if args.loop == "run" else 0.0)
+    runs = [] if args.no_cluster else [run_cluster(args.pods, args.pools, bake, interval, args.timeout, reads=reads,
+                                                   loop=args.loop) for bake in args.bake for reads in args.reads]
     body = report(pt, runs, facts)
     print(body)
     if not args.no_write:
