@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -35,7 +36,8 @@ ResizeRollout object, so a restarted updater resumes without resizing anything t
 
 commands:
   plan      dry run: what would be resized, how (online, restart, fallback), in which batch
-  run       continuous: a pass every --interval with leader election, /metrics, /healthz, /readyz
+  run       continuous: a pass every --interval (sooner when a bake ends or a verified batch's pods
+            change), reading from watch-fed caches, with leader election, /metrics, /healthz, /readyz
   rollback  restore the recorded resources of every pod a rollout touched
   webhook   mutating admission webhook: new pods start at the VPA target
 """
@@ -80,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Any:
+    """(Executor, ApiClient, ClusterReader) for the flags; every read lists (``run`` adds the watch-fed caches:
+    ``watch``)."""
     from recommender.plumbing import UsageError as CliUsageError
     from recommender.plumbing import kube_client
     from updater.kube.snapshot import ClusterReader
@@ -94,10 +98,11 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
         raise UsageError(str(err)) from None
     reader = ClusterReader(api)
     namespaces = tuple(args.namespace)
-    return Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
-                    planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
-                    policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
-                    metrics=metrics), api
+    executor = Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
+                        planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
+                        policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
+                        metrics=metrics)
+    return executor, api, reader
 
 
 def _changes(d: Any) -> str:
@@ -117,7 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from updater.policy.planner import summary
 
-    executor, _ = build_executor(args)
+    executor, _, _ = build_executor(args)
     _, plans = executor.plan(time.time())
     if args.output == "json":
         out = {"schemaVersion": "podtailor.io/plan/v1", "plans": [{
@@ -146,7 +151,49 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 MIN_PASS_GAP_S = 0.5
-"""Passes start at least this far apart, even when a bake end calls for the next one sooner."""
+"""Passes start at least this far apart, even when a bake end or a pod change calls for the next one sooner."""
+
+
+def pause_after_pass(result: Any, started: float, interval_s: float, stop: threading.Event,
+                     pod_changed: threading.Event | None) -> None:
+    """Wait as ``run`` does after a pass that started at ``started`` (``time.monotonic``) and returned
+    ``result`` (a PassResult): until ``interval_s`` after its start, or just after the next bake's end if that
+    is sooner, or, while a batch waits for the kubelets and pod changes are watched (``pod_changed``, cleared
+    when the pass started), until a pod changes; in the last two cases at least ``MIN_PASS_GAP_S`` after the
+    start. ``stop`` (and ``pod_changed``) end the wait."""
+    wait_s = interval_s
+    if result.next_bake_end_s is not None:  # a bake ends before the interval: pass right after it
+        due_s = time.monotonic() - started + result.next_bake_end_s + 0.05 - time.time()
+        wait_s = max(MIN_PASS_GAP_S, min(wait_s, due_s))
+    if result.awaiting_pods and pod_changed is not None:  # pass again as soon as a watched pod changes
+        stop.wait(max(0.0, MIN_PASS_GAP_S - (time.monotonic() - started)))
+        pod_changed.wait(max(0.0, wait_s - (time.monotonic() - started)))
+    else:
+        stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
+
+
+def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
+          on_pod_change: Callable[[], None]) -> Callable[[], None]:
+    """Start the watch-fed caches of the executor's reader and journal (``informer.py``): a pass then reads
+    from memory while they are current and lists otherwise. The watches get a client of their own (same
+    credentials, a connection pool as big as the streams held open, one per kind and namespace, and not paced
+    by ``--kube-api-qps``: each watch sends a request per 15 s, or per back-off after an error); returns the
+    function that stops them."""
+    import copy
+
+    from kubernetes import client
+
+    config = copy.copy(api.configuration)
+    config.connection_pool_maxsize = (len(reader.listings) + 1) * max(1, len(namespaces)) + 2
+    watch_api = client.ApiClient(config)
+    reader.start_watching(namespaces, watch_api, on_pod_change=on_pod_change)
+    executor.store.start_watching(watch_api)
+
+    def stop() -> None:
+        reader.stop_watching()
+        executor.store.stop_watching()
+
+    return stop
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -154,23 +201,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     from recommender.serve import Health, make_server
     registry = CollectorRegistry()
     metrics = UpdaterMetrics(registry)
-    executor, api = build_executor(args, metrics)
+    executor, api, reader = build_executor(args, metrics)
     host, _, port = args.listen.rpartition(":")
     health = Health(stale_after_s=3 * args.interval + 60)
     server = make_server(host or "0.0.0.0", int(port), registry, health)
     stop, leading, exit_code = threading.Event(), threading.Event(), [0]
+    pod_changed = threading.Event()
 
     def loop() -> None:
         with health.lock:
             health.leading = True
+        stop_watching = watch(executor, api, reader, tuple(args.namespace), pod_changed.set)
+        try:
+            passes()
+        finally:
+            stop_watching()
+
+    def passes() -> None:
         while not stop.is_set():
-            started, wait_s = time.monotonic(), args.interval
+            started = time.monotonic()
+            pod_changed.clear()  # a change from now on may not be in this pass's read
             try:
                 with metrics.pass_seconds.time():
                     result = executor.run_pass(time.time())
-                if result.next_bake_end_s is not None:  # a bake ends before the interval: pass right after it
-                    due_s = time.monotonic() - started + result.next_bake_end_s + 0.05 - time.time()
-                    wait_s = max(MIN_PASS_GAP_S, min(wait_s, due_s))
                 metrics.passes.labels("ok").inc()
                 metrics.writes.inc(result.writes)
                 metrics.rollouts_started.inc(len(result.started))
@@ -183,20 +236,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                 log.error("pass failed; retrying at the next interval",
                           extra={"error": str(err), "retry_after_s": retry_after})
                 stop.wait(max(0.0, retry_after - args.interval))
-            stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
+                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+                continue
+            pause_after_pass(result, started, args.interval, stop, pod_changed)
 
     def start_work() -> None:
         leading.set()
         loop()
 
+    def halt() -> None:
+        stop.set()
+        pod_changed.set()  # ends a wait for a pod change too
+
     def lost() -> None:
         if leading.is_set():
             log.error("leadership lost; exiting so the pod restarts as a candidate")
             exit_code[0] = 1
-        stop.set()
+        halt()
 
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: halt())
+    signal.signal(signal.SIGINT, lambda *_: halt())
     if args.leader_elect:
         start_election(api, name=args.leader_election_id, namespace=args.leader_election_namespace,
                        identity=f"{socket.gethostname()}-{os.getpid()}", on_started=start_work, on_stopped=lost)
@@ -213,7 +272,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from updater.rollout import machine
     from updater.rollout.journal import Phase
 
-    executor, _ = build_executor(args)
+    executor, _, _ = build_executor(args)
     r = executor.store.get(args.rollout)
     if r is None:
         print(f"error: no ResizeRollout named {args.rollout!r}", file=sys.stderr)

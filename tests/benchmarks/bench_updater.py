@@ -5,10 +5,13 @@ with a VPA target that asks for a change; median of 3 runs. (2) Against a real l
 in a temporary folder, with the node simulator as its own process (``python -m tests.nodesim``): 1,000 pods
 from 20 Deployments in 4 pools, a VPA per Deployment whose CPU target halves the request, and a ResizePolicy
 with the ladder 0 (one pod) / 0.25 / 1.0, each step baking ``--bake`` seconds. The same Executor the ``run``
-command drives runs passes back to back until every pool's rollout is Completed. Every API call the
-executor makes goes through counting, timing wrappers (snapshot listing, journal list/writes, pods/resize,
-Events), so the table says where the time goes besides the bakes. Goals (from the issue): at most 2 API writes
-per resized pod besides reads; convergence within 10% of the sum of the bake times along the ladder.
+command drives runs passes back to back until every pool's rollout is Completed, reading as ``run`` does
+(``--reads watch``: from the watch-fed caches, started by ``run``'s own ``watch``) or listing every kind and
+the journal every pass as before the caches (``--reads list``); with both, they alternate per bake length.
+Every API call the executor makes goes through counting, timing wrappers (snapshot listing, journal
+list/writes, pods/resize, Events), so the table says where the time goes besides the bakes. Goals (from the
+issue): at most 2 API writes per resized pod besides reads; convergence within 10% of the sum of the bake
+times along the ladder.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from recommender.model.types import Resources
 from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.process import wait_until
+from updater.__main__ import pause_after_pass, watch
 from updater.kube.snapshot import ClusterReader, ServerVersion, Snapshot
 from updater.policy.planner import plan
 from updater.policy.types import (
@@ -56,6 +60,7 @@ POOL_KEY = "podtailor.io/node-pool"
 NAMESPACE = "bench-updater"
 MI, GI = 2**20, 2**30
 WRITE_GOAL = 2.0
+READS = {"watch": "reads from the watch caches", "list": "reads by listing every pass"}
 OVERHEAD_GOAL = 0.10
 
 
@@ -161,7 +166,8 @@ class Meter:
 
 class TimedReader(ClusterReader):
     """The real ClusterReader; the API part (``/version`` and the listings, read a few at a time) is timed
-    apart from conversion: its wall time, from the start of a read to the end of its last request."""
+    apart from conversion: its wall time, from the start of a read to the end of its last request (0 when
+    everything came from the watch-fed caches)."""
 
     def __init__(self, api_client: client.ApiClient, meter: Meter) -> None:
         super().__init__(api_client)
@@ -175,9 +181,9 @@ class TimedReader(ClusterReader):
             self.requests += 1
             self.last_end = max(self.last_end, time.perf_counter())
 
-    def _list(self, kind: str, namespaces: Sequence[str], **kwargs: Any) -> list[Any]:
+    def _fetch(self, kind: str, namespace: str | None, **kwargs: Any) -> list[Any]:
         try:
-            return super()._list(kind, namespaces, **kwargs)
+            return super()._fetch(kind, namespace, **kwargs)
         finally:
             self._done()
 
@@ -230,6 +236,12 @@ class CountingStore:
 
     def retry_requested(self, name: str) -> bool:
         return bool(self.meter.timed("journal: list", lambda: self.inner.retry_requested(name)))
+
+    def start_watching(self, watch_client: client.ApiClient | None = None) -> None:
+        self.inner.start_watching(watch_client)
+
+    def stop_watching(self) -> None:
+        self.inner.stop_watching()
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +392,19 @@ class ClusterRun:
     api_writes: dict[str, int] = field(default_factory=dict)
     """Write requests the API server served during the passes, by resource (its apiserver_request_total)."""
     error: str = ""
+    reads: str = "watch"
+    """"watch": from the watch-fed caches, as ``run`` reads; "list": every kind and the journal listed per pass."""
+    loop: str = "back-to-back"
+    """"back-to-back" (or every ``--interval``), or "run": paced as ``run`` paces its passes."""
+    interval_s: float = 0.0
+
+    @property
+    def pacing(self) -> str:
+        if self.loop == "run":
+            return f"passes paced as `run` paces them (--interval {self.interval_s:g} s)"
+        return f"passes every {self.interval_s:g} s" if self.interval_s > 0 else "passes back to back"
+    fallbacks: int = 0
+    """Reads of a kind that listed because its cache was not (yet) current (``reads`` "watch")."""
 
     @property
     def converged_s(self) -> float:
@@ -413,7 +438,8 @@ def _proc_cpu_s(pid: int) -> float:
 
 
 def run_cluster(pods: int = 1000, pools: int = 4, bake_s: float = 10.0, interval_s: float = 0.0,
-                timeout_s: float = 900.0, log: Callable[[str], None] | None = None) -> ClusterRun:
+                timeout_s: float = 900.0, log: Callable[[str], None] | None = None,
+                reads: str = "watch", loop: str = "back-to-back") -> ClusterRun:
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     pool_names = [f"pool{i}" for i in range(pools)]
     per_pool = pods // pools
@@ -422,7 +448,8 @@ def run_cluster(pods: int = 1000, pools: int = 4, bake_s: float = 10.0, interval
     nodes_per_pool = max(1, math.ceil(per_pool * 0.5 * 1.25 / cores), math.ceil(per_pool / 100))
     steps = [{"fraction": 0, "bake": f"{bake_s:g}s"}, {"fraction": 0.25, "bake": f"{bake_s:g}s"},
              {"fraction": 1, "bake": f"{bake_s:g}s"}]
-    result = ClusterRun(pods=per_pool * pools, pools=pools, bake_s=bake_s, steps=len(steps),
+    result = ClusterRun(pods=per_pool * pools, pools=pools, bake_s=bake_s, steps=len(steps), reads=reads, loop=loop,
+                        interval_s=interval_s,
                         nodes_per_pool=nodes_per_pool, cores_per_node=cores)
     t_setup = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-updater-") as tmp:
@@ -469,7 +496,7 @@ def run_cluster(pods: int = 1000, pools: int = 4, bake_s: float = 10.0, interval
                          "maxConcurrent": max(1000, result.pods), "maxConcurrentPerPool": max(500, per_pool)}})
             result.setup_s = time.monotonic() - t_setup
             sim_cpu0, writes0, load0 = _proc_cpu_s(sim.pid), _api_writes(api), os.getloadavg()
-            say(f"setup done in {result.setup_s:.0f} s; running updater passes (bake {bake_s:g} s) ...")
+            say(f"setup done in {result.setup_s:.0f} s; running updater passes (bake {bake_s:g} s, reads: {reads}) ...")
             _converge(api, result, interval_s, timeout_s, say)
             result.sim_cpu_s = _proc_cpu_s(sim.pid) - sim_cpu0
             result.load = (load0, os.getloadavg())
@@ -510,13 +537,39 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
     executor = Executor(read=read, planner=planner, store=store, resizer=resizer, recorder=recorder,
                         policy=group_by_policy)
     result.parallelism = executor.parallelism
+    pod_changed = threading.Event()
+    stop_watching = (watch(executor, api, reader, (NAMESPACE,), on_pod_change=pod_changed.set)
+                     if result.reads == "watch" else (lambda: None))
+    try:
+        _passes(executor, store, result, interval_s, timeout_s, say,
+                pod_changed if result.reads == "watch" else None)
+    finally:
+        stop_watching()
+    result.fallbacks = reader.fallbacks
+    result.rollouts = dict(store.latest)
+    result.resizes = list(resizer.calls)
+    result.executor_writes = executor.writes
+    result.store_writes = store.writes
+    result.status_bytes = store.status_bytes
+    result.events = recorder.events
+    result.events_by_reason = dict(recorder.by_reason)
+
+
+def _passes(executor: Executor, store: CountingStore, result: ClusterRun, interval_s: float, timeout_s: float,
+            say: Callable[[str], None], pod_changed: threading.Event | None) -> None:
+    """Passes until every pool's rollout has ended: back to back (or every ``interval_s``), or with
+    ``result.loop`` "run" paced by ``run``'s own ``pause_after_pass`` with ``--interval`` ``interval_s``."""
+    meter = result.meter
+    never = threading.Event()
     result.start = time.time()
     deadline = result.start + timeout_s
     last_report = result.start
     seen_verified: set[str] = set()
     while True:
         meter.this_pass = {}
-        t0 = time.time()
+        t0, started = time.time(), time.monotonic()
+        if pod_changed is not None:
+            pod_changed.clear()
         out = executor.run_pass(t0)
         t1 = time.time()
         result.resized += out.resized
@@ -541,15 +594,10 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
         if t1 > deadline:
             result.error = f"not converged within {timeout_s:.0f} s: {sorted(phases.values())}"
             break
-        if interval_s > 0:
+        if result.loop == "run":
+            pause_after_pass(out, started, interval_s, never, pod_changed)
+        elif interval_s > 0:
             time.sleep(max(0.0, interval_s - (time.time() - t0)))
-    result.rollouts = dict(store.latest)
-    result.resizes = list(resizer.calls)
-    result.executor_writes = executor.writes
-    result.store_writes = store.writes
-    result.status_bytes = store.status_bytes
-    result.events = recorder.events
-    result.events_by_reason = dict(recorder.by_reason)
 
 
 # ============================================================================================== report
@@ -624,9 +672,14 @@ def _convergence_row(run: ClusterRun) -> str:
     overhead = (run.converged_s - ideal) / ideal if ideal > 0 else math.nan
     load = f"load {run.load[0][0]:.1f} → {run.load[1][0]:.1f}"
     return (f"| convergence: {run.pods:,} pods in {run.pools} pools, ladder 0 / 0.25 / 1.0 x {run.bake_s:g} s bake "
-            f"(pools in parallel) | {run.converged_s:.1f} s vs {ideal:g} s of bakes: overhead {overhead:+.1%} "
+            f"(pools in parallel), {READS[run.reads]}{_paced(run)} | {run.converged_s:.1f} s vs {ideal:g} s of bakes: "
+            f"overhead {overhead:+.1%} "
             f"({run.converged_s - ideal:.1f} s; {len(run.passes)} passes; {load}) | overhead < {OVERHEAD_GOAL:.0%} | "
             f"{_met(overhead < OVERHEAD_GOAL)} |")
+
+
+def _paced(run: ClusterRun) -> str:
+    return f", {run.pacing}" if run.loop == "run" else ""
 
 
 def report(pt: PlanTiming | None, runs: Sequence[ClusterRun], facts: str) -> str:
@@ -644,14 +697,43 @@ def report(pt: PlanTiming | None, runs: Sequence[ClusterRun], facts: str) -> str
                   "kubelets' status reports, on 2 shared cores), so the share it takes falls as the bakes grow: the "
                   "short bake shows that fixed cost, the longer one a bake closer to what a canary step waits in "
                   "practice."]
+    compared = _reads_compared(runs)
+    if compared:
+        lines += ["", compared]
     for run in runs:
         if run.passes:
             lines += ["", *_run_details(run, titled=len(runs) > 1)]
     return "\n".join(lines)
 
 
+def _reads_compared(runs: Sequence[ClusterRun]) -> str:
+    """Per bake length run both ways: the time beyond the bakes and the median read, caches vs listing."""
+    def read_s(run: ClusterRun) -> float:
+        return statistics.median(p.phases.get("snapshot: total", 0.0) for p in run.passes)
+
+    parts = []
+    for bake in dict.fromkeys(r.bake_s for r in runs):
+        by = {r.reads: r for r in runs if r.bake_s == bake and r.passes}
+        if "list" not in by or "watch" not in by:
+            continue
+        listed, watched = by["list"], by["watch"]
+        extra_l, extra_w = listed.converged_s - bake * listed.steps, watched.converged_s - bake * watched.steps
+        parts.append(f"{bake:g} s bakes: {extra_w:.1f} s beyond the bakes with the caches vs {extra_l:.1f} s listing "
+                     f"({extra_w / extra_l:.2f}x), a pass's read {read_s(watched):.2f} s vs {read_s(listed):.2f} s "
+                     f"(median), bake end → next batch {_lag_sum(watched):.1f} s vs {_lag_sum(listed):.1f} s "
+                     f"(summed over the batches, averaged over the pools)")
+    if not parts:
+        return ""
+    return ("Read modes side by side (one run each, alternating, each on a fresh cluster; load averages in the "
+            "table above): " + "; ".join(parts) + ".")
+
+
+def _lag_sum(run: ClusterRun) -> float:
+    return sum(x[4] for x in _batch_timeline(run) if not math.isnan(x[4]))
+
+
 def _run_details(run: ClusterRun, titled: bool) -> list[str]:
-    lines = [f"### Cluster run, {run.bake_s:g} s bake", ""] if titled else []
+    lines = [f"### Cluster run, {run.bake_s:g} s bake, {READS[run.reads]}{_paced(run)}", ""] if titled else []
     rows = ["| measurement | value | goal | |", "|---|---|---|---|"]
     resized = max(1, run.resized)
     w_no_events = run.store_writes + len(run.resizes)
@@ -686,10 +768,12 @@ def _run_details(run: ClusterRun, titled: bool) -> list[str]:
     lines += ["", f"Cluster: real control plane and the node simulator (own process, actuation delay 0.3 s) on the "
               f"same machine; {run.pools} pools x {run.nodes_per_pool} nodes x {run.cores_per_node} cores, "
               f"{run.pods // run.pools // 50 or 1} Deployments a pool, 500m/256Mi requests, 1/512Mi limits; VPA "
-              f"target 250m CPU; passes back to back. Load average {', '.join(f'{x:.2f}' for x in run.load[0])} when "
+              f"target 250m CPU; {run.pacing}. Load average {', '.join(f'{x:.2f}' for x in run.load[0])} when "
               f"the passes started, {', '.join(f'{x:.2f}' for x in run.load[1])} when they ended. Setup (cluster, "
               f"nodes, pods Ready) took {run.setup_s:.0f} s. Simulator CPU during the passes: {run.sim_cpu_s:.1f} s. "
-              f"Final kubelet-reported CPU requests: {run.final_cpu}." + (f" **Error: {run.error}**" if run.error
+              f"Final kubelet-reported CPU requests: {run.final_cpu}." + (
+                  f" Reads of a kind that listed because its cache was not yet (or no longer) current: "
+                  f"{run.fallbacks}." if run.reads == "watch" else "") + (f" **Error: {run.error}**" if run.error
                                                                           else "")]
     durations = [p.end - p.start for p in run.passes]
     busy = sum(durations)
@@ -761,8 +845,9 @@ def _why_missed(run: ClusterRun, timeline: Sequence[tuple[int, int, float, float
             f"2 shared cores, which meanwhile served the simulated kubelets' {status:,} `pods/status` writes (a batch "
             f"is verified only when the kubelet's status shows the new values). The rest is reading: a batch needs a "
             f"fresh snapshot to start, at least one to be seen verified and one to see its bake end, and a snapshot "
-            f"took {statistics.median(reads) if reads else math.nan:.2f} s (median; mostly the {run.pods:,}-pod "
-            f"listing). "
+            f"took {statistics.median(reads) if reads else math.nan:.2f} s (median; "
+            + (f"mostly the {run.pods:,}-pod listing). " if run.reads == "list" else
+               "from the watch caches: converting the cached objects). ") +
             f"The {run.store_writes} journal writes took {t.get('journal: writes', 0.0):.1f} s in all; the intent "
             f"is saved before a batch's resizes are sent, so that write is on the path too.")
 
@@ -776,20 +861,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pools", type=int, default=4, help="node pools in the cluster run")
     parser.add_argument("--bake", type=float, nargs="+", default=[10.0, 60.0],
                         help="bake seconds of each of the 3 ladder steps; one cluster run per value")
-    parser.add_argument("--interval", type=float, default=0.0, help="seconds between pass starts (0: back to back)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between pass starts (default: 0, back to back; with --loop run: run's "
+                             "--interval, default 10)")
+    parser.add_argument("--loop", choices=["back-to-back", "run"], default="back-to-back",
+                        help="back to back (or every --interval), or paced as `podtailor-updater run` paces its passes "
+                             "(--interval, sooner at a bake's end, and with the caches at a pod change while a batch "
+                             "is verified)")
+    parser.add_argument("--reads", choices=sorted(READS), nargs="+", default=["watch"],
+                        help="how passes read: from the watch caches as `run` does (watch), or listing every pass "
+                             "(list); with both, one run of each per bake length, alternating")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on convergence after this")
     parser.add_argument("--no-cluster", action="store_true", help="only time plan()")
     parser.add_argument("--no-write", action="store_true", help="print the table, leave RESULTS.md alone")
     args = parser.parse_args(argv)
     facts = machine_facts()
     pt = bench_plan(args.plan_pods, args.plan_pools, args.plan_workloads) if args.plan_pods > 0 else None
-    runs = [] if args.no_cluster else [run_cluster(args.pods, args.pools, bake, args.interval, args.timeout)
-                                       for bake in args.bake]
+    interval = args.interval if args.interval is not None else (10.0 if args.loop == "run" else 0.0)
+    runs = [] if args.no_cluster else [run_cluster(args.pods, args.pools, bake, interval, args.timeout, reads=reads,
+                                                   loop=args.loop) for bake in args.bake for reads in args.reads]
     body = report(pt, runs, facts)
     print(body)
     if not args.no_write:
         write_section("updater", "Updater at scale", body)
-    errors = [f"bake {r.bake_s:g} s: {r.error}" for r in runs if r.error]
+    errors = [f"bake {r.bake_s:g} s, reads {r.reads}: {r.error}" for r in runs if r.error]
     if errors:
         raise SystemExit(f"cluster run did not converge cleanly: {'; '.join(errors)}")
 

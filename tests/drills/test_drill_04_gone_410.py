@@ -1,13 +1,16 @@
 """Drill 4: 410 Gone: etcd is compacted past every resourceVersion the watchers hold, and they must relist.
 
 Setup: 6 pods, batch 1 (one pod) baking; the node simulator watches pods (it relists on 410 or a broken
-stream); the updater lists every pass and sends each resize with the listed resourceVersion as precondition.
+stream); the updater reads from its watch-fed caches (as ``run`` does) and sends each resize with the cached
+resourceVersion as precondition.
 Fault: every pod is touched (new resourceVersions), etcd is compacted at its current revision through its v3
 HTTP gateway (etcdctl is not installed), and kube-apiserver is restarted so that its watch cache, which
 would otherwise still serve the old versions, is rebuilt from the compacted store. Proof: a watch resumed
 from a pre-compaction resourceVersion gets 410; every resize sent afterwards carries a resourceVersion newer
 than the compaction (keyed to the relist, not to an old event); replaying a pre-compaction decision is
-refused with 409 by the API server; the simulated kubelets, after their relist, actuate batch 2.
+refused with 409 by the API server; a pod cache listed before the fault gets 410 when its watch resumes and,
+relisted, holds every pod at its post-churn version; the simulated kubelets, after their relist, actuate
+batch 2.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.faultproxy import FaultProxy
 from tests.integration.test_updater_real import Mi, Scenario
 from tests.waiting import eventually
+from updater.kube.informer import Informer
+from updater.kube.snapshot import LIST_OPTIONS, ClusterReader
 from updater.rollout.journal import Phase
 from updater.rollout.store import Conflict, PodResizer
 
@@ -64,7 +69,8 @@ def test_drill_04_compaction_forces_410_and_relist(scenario: Scenario, drill_clu
     scenario.deployment("web", "a", replicas=PODS)
     scenario.vpa("web", {"cpu": "250m", "memory": "256Mi"})
     scenario.policy(steps=[{"fraction": 0, "bake": "6s"}, {"fraction": 1, "bake": "1s"}])
-    executor = scenario.executor()
+    executor = scenario.executor(watch=True)  # reads from the watch-fed caches, as `run` does
+    probe = Informer(ClusterReader(scenario.api).listings["Pod"], scenario.ns, list_options=LIST_OPTIONS["Pod"])
     resizer = RecordingResizer(scenario.api)
     executor.resizer = resizer
     bounds = Bounds(ranges={"requests.cpu": (250, 500), "limits.cpu": (500, 1000),
@@ -77,6 +83,7 @@ def test_drill_04_compaction_forces_410_and_relist(scenario: Scenario, drill_clu
         old = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version)
                for p in scenario.core.list_namespaced_pod(scenario.ns).items}
         old_list_rv = scenario.core.list_namespaced_pod(scenario.ns).metadata.resource_version
+        probe.relist()  # a cache listed now; its watch resumes only after the fault
         churned = {}  # new versions for every pod: whatever an old event said is now out of date
         for name in old:
             patched = scenario.core.patch_namespaced_pod(name, scenario.ns,
@@ -87,7 +94,17 @@ def test_drill_04_compaction_forces_410_and_relist(scenario: Scenario, drill_clu
         start_apiserver(drill_cluster, sim_route)
         relist_at = time.monotonic()
         gone = _watch_from(scenario.core, scenario.ns, old_list_rv)
+        with pytest.raises(client.ApiException) as probe_gone:
+            probe.watch_once()
+        probe.mark_broken("410")
+        untrusted = probe.items() is None
+        probe.relist()
+        relisted = {o["metadata"]["name"]: int(o["metadata"]["resourceVersion"]) for o in probe.items() or []}
         wait_settled(scenario, loop, timeout_s=90)
+    scenario.stop_watching()
+    assert probe_gone.value.status == 410 and untrusted  # the cache saw the 410 and was not read until relisted
+    assert set(relisted) == set(old)
+    assert all(rv >= churned[f"{scenario.ns}/{name}"] for name, rv in relisted.items()), relisted
     [r] = scenario.rollouts()
     assert r.phase == Phase.COMPLETED, r.message
     assert gone == 410, f"a watch from the pre-compaction version got {gone}"
@@ -103,7 +120,8 @@ def test_drill_04_compaction_forces_410_and_relist(scenario: Scenario, drill_clu
         PodResizer(scenario.api).resize(scenario.ns, victim, uid, stale_rv, entry.before)
     inv.assert_clean()
     assert_each_resized_once(inv, scenario.rollouts(), PODS)
-    drill_row.prove(f"watch from rv {old_list_rv} after compaction at {compacted}: {gone}; the {len(later)} "
+    drill_row.prove(f"watch from rv {old_list_rv} after compaction at {compacted}: {gone} (the updater's pod cache "
+                    f"too: {probe_gone.value.status}, relisted); the {len(later)} "
                     f"resizes after the relist all carried the pods' post-churn rv, none an older one; a replay with a "
                     "pre-compaction rv: 409")
     drill_row.prove(f"simulated kubelets relisted and actuated batch 2; {PODS} pods generation +1 each = journal; "

@@ -41,6 +41,7 @@ class Scenario:
         self.custom = client.CustomObjectsApi(api)
         self.policies: list[str] = []
         self.pools = {}  # type: dict[str, str]
+        self.watching: list[ClusterReader | RolloutStore] = []
 
     def pool(self, short: str, nodes: int = 2, cpu: int = 8000) -> Any:
         name = f"{self.ns[-6:]}-{short}"
@@ -98,12 +99,25 @@ class Scenario:
         self.policies.append(name)
         return name
 
-    def executor(self) -> Executor:
-        reader = ClusterReader(self.api)
+    def executor(self, reader: ClusterReader | None = None, watch: bool = False) -> Executor:
+        """The Executor as ``plan`` builds it (every read lists), or with ``watch`` as ``run`` does (reads from
+        the watch-fed caches; ``stop_watching`` ends them)."""
+        reader = reader or ClusterReader(self.api)
+        store = RolloutStore(self.api)
+        if watch:
+            reader.start_watching((self.ns,))
+            store.start_watching()
+            self.watching += [reader, store]
+            assert all(i.wait_synced(30) for i in [*reader.informers.values(), store.informer] if i is not None)
         return Executor(read=lambda: reader.read(policy_pool_label=POOL_KEY, namespaces=(self.ns,)), planner=plan,
-                        store=RolloutStore(self.api), resizer=PodResizer(self.api),
+                        store=store, resizer=PodResizer(self.api),
                         recorder=EventRecorder(self.api), policy=group_by_policy, evictor=Evictor(self.api),
                         templates=TemplatePatcher(self.api))
+
+    def stop_watching(self) -> None:
+        for w in self.watching:
+            w.stop_watching()
+        self.watching.clear()
 
     def rollouts(self) -> list[Rollout]:
         return [r for r in RolloutStore(self.api).list() if r.policy in self.policies]
@@ -128,6 +142,7 @@ def scenario(api: client.ApiClient, crds: list[str], namespace: str, make_sim: S
     try:
         yield s
     finally:
+        s.stop_watching()
         for name in s.policies:
             s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
 
@@ -340,3 +355,42 @@ def test_a_policy_we_cannot_read_stops_everything_with_a_clear_error(scenario: S
     with pytest.raises(Exception, match="cannot be read"):
         scenario.executor().run_pass(time.time())
     assert not scenario.rollouts()  # nothing acted on
+
+
+class CountingReader(ClusterReader):
+    """The real reader, recording every listing it sends (the watches' own lists are not counted)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api)
+        self.fetched: list[str] = []
+
+    def _fetch(self, kind: str, namespace: str | None, **kwargs: Any) -> list[Any]:
+        self.fetched.append(kind)
+        return super()._fetch(kind, namespace, **kwargs)
+
+
+def test_run_from_the_watch_caches_completes_the_same_rollout_without_listing(scenario: Scenario) -> None:
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=3)
+    scenario.vpa("web", {"cpu": "250m", "memory": "256Mi"})
+    scenario.policy()
+    reader = CountingReader(scenario.api)
+    executor = scenario.executor(reader, watch=True)
+
+    def same() -> bool:  # from memory, the same pods at the same resourceVersions as a listing shows
+        listed = ClusterReader(scenario.api).read(policy_pool_label=POOL_KEY, namespaces=(scenario.ns,))
+        cached = reader.read(policy_pool_label=POOL_KEY, namespaces=(scenario.ns,))
+        return len(cached.pods) == 3 and {p.name: p.resource_version for p in cached.pods} == {
+            p.name: p.resource_version for p in listed.pods}
+
+    eventually("the cached pods equal the listed ones", same, timeout_s=10)
+    scenario.run_until(executor, scenario.settled)
+    scenario.stop_watching()
+    [r] = scenario.rollouts()
+    assert r.phase == Phase.COMPLETED, r.message
+    assert [len(r.entries_of(b.index)) for b in r.batches] == [1, 2]
+    pods = scenario.running("web")
+    assert [cpu_of(p) for p in pods] == [250, 250, 250]  # verified from the cache: the kubelet status shows it
+    assert all(p.status.container_statuses[0].restart_count == 0 for p in pods)
+    # Every read came from memory: no listing was sent by this reader (the comparison above used another one).
+    assert reader.fallbacks == 0 and reader.fetched == []

@@ -120,6 +120,7 @@ def test_the_pools_are_sent_at_once_and_each_intent_is_saved_first() -> None:
     ex, store, resizer, recorder = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)], barrier=2)
     out = ex.run_pass(NOW)
     assert sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"] and out.resized == 2 and out.next_bake_end_s is None
+    assert out.awaiting_pods  # both batches wait for the kubelets: a run loop told of pod changes passes then
     assert set(resizer.intent_at_send.values()) == {EntryState.APPLYING}  # journaled before it was sent
     # Per rollout: intent, outcome (2 saves) and one resize each.
     assert out.writes == 2 * 2 + 2 and ex.writes == 6
@@ -241,3 +242,17 @@ def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_sam
     assert baking.batches[0].bake_until_s is not None and baking.batches[0].bake_until_s > NOW + 10.0
     assert out.next_bake_end_s == baking.batches[0].bake_until_s  # the run loop's next pass is due then
     assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified"]
+
+
+def test_a_pass_that_leaves_only_bakes_running_does_not_wait_for_pod_changes() -> None:
+    verified = replace(entry("p1-0", 0), namespace="ns", state=EntryState.VERIFIED, generation=2,
+                       applied_s=NOW - 5)
+    r = Rollout(name="bench-p1", pool="p1", policy="bench", resource_version="1", phase=Phase.BAKING,
+                entries=(verified,), batches=(BatchRecord(index=0, step=0, bake_s=10.0, gates=("oom",),
+                                                          phase=BatchPhase.BAKING, started_s=NOW - 5,
+                                                          bake_until_s=NOW + 8, deadline_s=NOW + 600),))
+    ex, _, resizer, _ = executor([r])
+    ex.read().observations["ns/p1-0"] = obs("p1-0", NEW, generation=2, observed=2)
+    out = ex.run_pass(NOW)
+    assert resizer.calls == [] and out.next_bake_end_s == NOW + 8  # the bake's end, not a pod, is next
+    assert not out.awaiting_pods

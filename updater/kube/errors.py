@@ -81,15 +81,22 @@ def _page(listing: Listing, namespace: str | None, cont: str | None, **kwargs: A
 
 def list_raw(listing: Listing, namespace: str | None = None, **kwargs: Any) -> list[Obj]:
     """Every item of the kind (in ``namespace``, or in all namespaces when None), following continue tokens."""
+    return list_versioned(listing, namespace, **kwargs)[0]
+
+
+def list_versioned(listing: Listing, namespace: str | None = None, **kwargs: Any) -> tuple[list[Obj], str]:
+    """``list_raw`` and the list's resourceVersion (where a watch continues from; "" when the kind is not
+    served). The pages of one list share the first page's snapshot, so the last page's version is the list's."""
     items: list[Obj] = []
     cont: str | None = None
     while True:
         body = _page(listing, namespace, cont, **kwargs)
         items.extend(body.get("items") or [])
-        cont = (body.get("metadata") or {}).get("continue") or None
+        meta = body.get("metadata") or {}
+        cont = meta.get("continue") or None
         if not cont:
-            return items
+            return items, str(meta.get("resourceVersion") or "")
 
 
 __all__ = ["REQUEST_TIMEOUT_S", "KubeError", "Listing", "PermanentKubeError", "SnapshotError", "TemporaryKubeError",
-           "list_raw"]
+           "list_raw", "list_versioned"]

@@ -1,7 +1,8 @@
 """One consistent-enough read of the cluster for a planning pass: ``ClusterReader.read()`` -> ``Snapshot``.
 
 Owns listing everything the planner and the rollout need, once per kind (cluster-wide, or once per
-namespace when namespaces are given), as raw JSON, and converting it into the core's values: pods
+namespace when namespaces are given), as raw JSON (or, for ``run``, reading it from watch-fed caches while
+they are current: ``start_watching`` and ``informer.py``), and converting it into the core's values: pods
 (bound, not Pending, not Succeeded) with their top-level workload and pool, pod observations, VPA
 targets with replicas, HPAs, merged LimitRanges, nodes, parsed ResizePolicies, restart approvals, and
 what the API server supports. Support is judged from ``/version`` alone: the ``pods/resize``
@@ -16,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from kubernetes import client
 from recommender.kube.errors import classify
 from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, SnapshotError, list_raw
 from updater.kube.fields import MalformedObject, Obj
+from updater.kube.informer import Informer
 from updater.kube.objects import (
     container_limits,
     convert_hpa,
@@ -52,6 +56,10 @@ POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Pending,status.phase!=Succee
 """Bound pods that have started and not completed: Running ones become PodViews; Failed/Unknown ones are
 kept as observations only (a canary that failed must be seen)."""
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+LIST_OPTIONS: Mapping[str, Mapping[str, str]] = {"Pod": {"field_selector": POD_FIELD_SELECTOR}}
+"""Per kind, the options of its list (and of its watch, when the reader watches)."""
+VERSION_TTL_S = 60.0
+"""While watching, /version is asked again after this long (an upgrade is seen within a minute)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,9 +112,15 @@ def parse_version(major: str, minor: str, git_version: str) -> ServerVersion:
 
 
 class ClusterReader:
-    """Reads a Snapshot; holds nothing between reads but the API clients."""
+    """Reads a Snapshot. Lists every kind per read, unless ``start_watching`` was called: then each kind is
+    read from its watch-fed cache (``informer.py``) while that cache is current, and listed otherwise."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
+        self.informers: dict[tuple[str, str | None], Informer] = {}
+        self.fallbacks = 0
+        """Reads of one kind in one scope that listed because its cache was not current (while watching)."""
+        self._version: tuple[ServerVersion, float] | None = None
+        self._lock = threading.Lock()
         core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
         batch, custom = client.BatchV1Api(api_client), client.CustomObjectsApi(api_client)
         hpa = client.AutoscalingV2Api(api_client)
@@ -149,11 +163,40 @@ class ClusterReader:
                                     call=custom_list(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL)),
         }
 
+    def start_watching(self, namespaces: Sequence[str] = (), watch_client: client.ApiClient | None = None,
+                       on_pod_change: Callable[[], None] | None = None) -> None:
+        """Keep a watch-fed cache of every kind ``read`` lists, in ``namespaces`` (as ``read`` will be called)
+        or cluster-wide; ``watch_client`` carries the long-running watches (default: this reader's client);
+        ``on_pod_change`` is called from a watch thread whenever a cached pod changes."""
+        listings = self.listings if watch_client is None else ClusterReader(watch_client).listings
+        for kind, listing in listings.items():
+            for ns in (namespaces if listing.namespaced and namespaces else (None,)):
+                self.informers[(kind, ns)] = Informer(listing, ns, on_change=on_pod_change if kind == "Pod" else None,
+                                                      list_options=LIST_OPTIONS.get(kind)).start()
+
+    def stop_watching(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+        self.informers.clear()
+
     def _list(self, kind: str, namespaces: Sequence[str], **kwargs: Any) -> list[Obj]:
+        """Every item of ``kind`` in ``namespaces`` (empty: all), from the cache where it is current."""
         listing = self.listings[kind]
-        if not listing.namespaced or not namespaces:
-            return list_raw(listing, None, **kwargs)
-        return [obj for ns in namespaces for obj in list_raw(listing, ns, **kwargs)]
+        out: list[Obj] = []
+        for ns in (namespaces if listing.namespaced and namespaces else (None,)):
+            informer = self.informers.get((kind, ns)) if kwargs == LIST_OPTIONS.get(kind, {}) else None
+            cached = informer.items() if informer is not None else None
+            if cached is None:
+                if informer is not None:  # watched, but not known to be current
+                    with self._lock:
+                        self.fallbacks += 1
+                cached = self._fetch(kind, ns, **kwargs)
+            out.extend(cached)
+        return out
+
+    def _fetch(self, kind: str, namespace: str | None, **kwargs: Any) -> list[Obj]:
+        """One listing from the API server."""
+        return list_raw(self.listings[kind], namespace, **kwargs)
 
     def server_version(self) -> ServerVersion:
         try:
@@ -167,13 +210,22 @@ class ClusterReader:
         """List every kind once and convert; ``policy_pool_label``: the node label naming pools (None or ""
         for the first present of the common keys); ``namespaces``: only these (empty: all)."""
         def listed(kind: str) -> list[Obj]:
-            return self._list(kind, namespaces, **({"field_selector": POD_FIELD_SELECTOR} if kind == "Pod" else {}))
+            return self._list(kind, namespaces, **LIST_OPTIONS.get(kind, {}))
 
         # The listings are independent reads: a few at a time, so a read costs about its largest listing.
         with ThreadPoolExecutor(max_workers=LISTING_THREADS, thread_name_prefix="snapshot") as pool:
-            version = pool.submit(self.server_version)
+            version = pool.submit(self._server_version)
             raw = dict(zip(self.listings, pool.map(listed, self.listings), strict=True))
             return build_snapshot(raw, version.result(), policy_pool_label)
+
+    def _server_version(self) -> ServerVersion:
+        """``server_version``, asked again after ``VERSION_TTL_S`` while watching (every read otherwise)."""
+        now = time.monotonic()
+        if self.informers and self._version is not None and now - self._version[1] < VERSION_TTL_S:
+            return self._version[0]
+        version = self.server_version()
+        self._version = (version, now)
+        return version
 
 
 def _convert_all(kind: str, objs: Sequence[Obj], convert: Callable[[Obj], T], skipped: dict[str, int]) -> list[T]:

@@ -111,6 +111,9 @@ class PassResult:
     next_bake_end_s: float | None = None
     """The earliest end of a bake in progress after the pass (the clock of ``now_s``): the next pass is due
     then at the latest, so a loop with a long interval does not let a finished bake wait."""
+    awaiting_pods: bool = False
+    """A rollout waits for its pods after the pass (a batch being applied or verified, or a rollback): a loop
+    that is told when a pod changes may pass again then instead of at its interval."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,9 +259,13 @@ class Executor:
         bake_ends = [b.bake_until_s for r in latest.values() if r.phase == Phase.BAKING
                      for b in r.batches[r.current_batch:r.current_batch + 1]
                      if b.phase == BatchPhase.BAKING and b.bake_until_s is not None]
+        awaiting = any(r.phase == Phase.ROLLING_BACK or (
+            r.phase in (Phase.PROGRESSING, Phase.BAKING) and r.current_batch < len(r.batches)
+            and r.batches[r.current_batch].phase in (BatchPhase.APPLYING, BatchPhase.VERIFYING))
+            for r in {**{r.name: r for r in everything}, **latest}.values())
         return PassResult(started=tuple(started), advanced=tuple(dict.fromkeys(advanced)), resized=resized,
                           writes=self.writes - writes_before, plans=tuple(first_plans),
-                          next_bake_end_s=min(bake_ends, default=None))
+                          next_bake_end_s=min(bake_ends, default=None), awaiting_pods=awaiting)
 
     def _round(self, now_s: float, everything: Sequence[Rollout], snap: Any,
                plans: Sequence[tuple[RolloutPolicy, Plan]], touched: Mapping[str, Rollout],

@@ -8,6 +8,7 @@ only the containers that change. ``EventRecorder`` writes core Events and never 
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import logging
 import re
@@ -19,7 +20,8 @@ from kubernetes import client
 from recommender.kube.errors import KubeError, classify, is_not_found
 from recommender.model.types import Resources
 from recommender.units import format_cpu, format_memory
-from updater.kube.errors import REQUEST_TIMEOUT_S
+from updater.kube.errors import REQUEST_TIMEOUT_S, Listing
+from updater.kube.informer import Informer, resource_version
 from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
 
 GROUP, VERSION, PLURAL = "podtailor.io", "v1alpha1", "resizerollouts"
@@ -37,15 +39,46 @@ def rollout_name(policy: str, pool: str, now_s: float) -> str:
 
 
 class RolloutStore:
+    """The journal's reads and writes. Lists on every ``list`` unless ``start_watching`` was called: then the
+    rollouts come from a watch-fed cache while it is current (our own writes are put in it at once), and each
+    object is converted once per resourceVersion."""
+
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api: Any = client.CustomObjectsApi(api_client)
+        self.informer: Informer | None = None
+        self._converted: dict[str, tuple[str, Rollout]] = {}
+
+    def start_watching(self, watch_client: client.ApiClient | None = None) -> None:
+        api: Any = self.api if watch_client is None else client.CustomObjectsApi(watch_client)
+        listing = Listing(group=GROUP, resource=PLURAL, namespaced=False,
+                          call=lambda *_, **kw: api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw))
+        self.informer = Informer(listing).start()
+
+    def stop_watching(self) -> None:
+        if self.informer is not None:
+            self.informer.stop()
+            self.informer = None
 
     def list(self) -> list[Rollout]:
+        cached = self.informer.items() if self.informer is not None else None
+        if cached is not None:
+            return self._convert(cached)
         try:
             body = self.api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as err:
             raise classify(err, "list ResizeRollouts") from err
         return [from_object(o) for o in body["items"]]
+
+    def _convert(self, objs: Sequence[dict[str, Any]]) -> builtins.list[Rollout]:
+        """``from_object`` of each, reusing the conversion of a (name, resourceVersion) seen before."""
+        seen: dict[str, tuple[str, Rollout]] = {}
+        for obj in objs:
+            name, version = str(obj["metadata"]["name"]), resource_version(obj)
+            known = self._converted.get(name)
+            seen[name] = known if known is not None and known[0] == version and version else (version,
+                                                                                              from_object(obj))
+        self._converted = seen
+        return [r for _, r in seen.values()]
 
     def get(self, name: str) -> Rollout | None:
         try:
@@ -67,6 +100,8 @@ class RolloutStore:
         except Exception as err:
             raise classify(err, f"create ResizeRollout {r.name}") from err
         created = from_object(obj)
+        if self.informer is not None:
+            self.informer.observe(obj)
         return self.save(Rollout(**{**_fields(r), "resource_version": created.resource_version}))
 
     def save(self, r: Rollout) -> Rollout:
@@ -83,6 +118,8 @@ class RolloutStore:
             raise classify(err, f"write ResizeRollout {r.name}") from err
         except Exception as err:
             raise classify(err, f"write ResizeRollout {r.name}") from err
+        if self.informer is not None:
+            self.informer.observe(out)
         return Rollout(**{**_fields(r), "resource_version": str(out["metadata"]["resourceVersion"])})
 
     def retry_requested(self, name: str) -> bool:
