@@ -86,7 +86,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     ``watch``)."""
     from recommender.plumbing import UsageError as CliUsageError
     from recommender.plumbing import kube_client
-    from updater.kube.snapshot import ClusterReader
+    from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
     from updater.policy.planner import plan
     from updater.rollout.executor import Executor
     from updater.rollout.grouping import group_by_policy
@@ -101,7 +101,8 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     executor = Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
                         planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
                         policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
-                        metrics=metrics)
+                        metrics=metrics, read_fresh=lambda: reader.read(
+                            policy_pool_label=args.pool_label, namespaces=namespaces, fresh=FRESH_AT_BAKE_END))
     return executor, api, reader
 
 

@@ -38,7 +38,7 @@ from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.process import wait_until
 from updater.__main__ import pause_after_pass, watch
-from updater.kube.snapshot import ClusterReader, ServerVersion, Snapshot
+from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader, ServerVersion, Snapshot
 from updater.policy.planner import plan
 from updater.policy.types import (
     Action,
@@ -193,10 +193,11 @@ class TimedReader(ClusterReader):
         finally:
             self._done()
 
-    def read(self, policy_pool_label: str | None = None, namespaces: Sequence[str] = ()) -> Snapshot:
+    def read(self, policy_pool_label: str | None = None, namespaces: Sequence[str] = (),
+             fresh: Sequence[str] = ()) -> Snapshot:
         t0 = self.last_end = time.perf_counter()
         self.requests = 0
-        snap = super().read(policy_pool_label, namespaces)
+        snap = super().read(policy_pool_label, namespaces, fresh)
         self.meter.add("snapshot: API listings", self.last_end - t0, calls=self.requests)
         return snap
 
@@ -534,8 +535,13 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
         planned: Plan = meter.timed("plan", lambda: plan(**kwargs))
         return planned
 
+    def read_fresh() -> Snapshot:  # as run reads for a pass that ends a bake
+        snap: Snapshot = meter.timed("snapshot: total", lambda: reader.read(
+            policy_pool_label=POOL_KEY, namespaces=(NAMESPACE,), fresh=FRESH_AT_BAKE_END))
+        return snap
+
     executor = Executor(read=read, planner=planner, store=store, resizer=resizer, recorder=recorder,
-                        policy=group_by_policy)
+                        policy=group_by_policy, read_fresh=read_fresh if result.reads == "watch" else None)
     result.parallelism = executor.parallelism
     pod_changed = threading.Event()
     stop_watching = (watch(executor, api, reader, (NAMESPACE,), on_pod_change=pod_changed.set)

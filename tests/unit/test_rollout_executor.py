@@ -256,3 +256,39 @@ def test_a_pass_that_leaves_only_bakes_running_does_not_wait_for_pod_changes() -
     out = ex.run_pass(NOW)
     assert resizer.calls == [] and out.next_bake_end_s == NOW + 8  # the bake's end, not a pod, is next
     assert not out.awaiting_pods
+
+
+def test_a_pass_that_ends_a_bake_reads_the_pods_afresh_and_sees_a_late_oom() -> None:
+    # The watch cache (``read``) still shows the pod healthy; the fresh listing shows the OOM kill that came in
+    # the bake's last second. The pass decides the bake's end on the fresh one: the pool halts, nothing is sent.
+    baked = replace(entry("p1-0", 0), namespace="ns", state=EntryState.VERIFIED, applied_s=NOW - 60, generation=2)
+    r = Rollout(name="bench-p1", pool="p1", policy="bench", resource_version="1", phase=Phase.BAKING,
+                entries=(baked, replace(entry("p1-1", 1), namespace="ns")),
+                batches=(BatchRecord(index=0, step=0, bake_s=10.0, gates=("oom",), phase=BatchPhase.BAKING,
+                                     started_s=NOW - 70, bake_until_s=NOW - 0.5),
+                         BatchRecord(index=1, step=1, bake_s=10.0, gates=("oom",))))
+    ex, store, resizer, _ = executor([r])
+    healthy = {"ns/p1-0": obs("p1-0", NEW, NEW, generation=2, observed=2), "ns/p1-1": obs("p1-1", OLD)}
+    killed = {**healthy, "ns/p1-0": obs("p1-0", NEW, NEW, generation=2, observed=2, oom_at=NOW - 1)}
+    ex.read = lambda: Snap(observations=healthy)
+    ex.read_fresh = lambda: Snap(observations=killed)
+    ex.run_pass(NOW)
+    assert ex.fresh_reads >= 1
+    assert store.saved[0].phase == Phase.ROLLING_BACK and "OOM" in store.saved[0].message
+    assert "ns/p1-1" not in resizer.calls  # the next batch was not started
+    # Without a fresh read, the cached view would have started the next batch: what the fresh read prevents.
+    ex2, _, resizer2, _ = executor([r])
+    ex2.read = lambda: Snap(observations=healthy)
+    ex2.run_pass(NOW)
+    assert "ns/p1-1" in resizer2.calls and ex2.fresh_reads == 0
+
+
+def test_a_pass_with_no_bake_ended_reads_from_the_cache_only() -> None:
+    ex, _, _, _ = executor([pool_rollout("p1", 1)])
+
+    def refuse() -> Any:
+        raise AssertionError("no bake ended: the cached read is enough")
+
+    ex.read_fresh = refuse
+    ex.run_pass(NOW)
+    assert ex.fresh_reads == 0

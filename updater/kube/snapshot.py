@@ -56,6 +56,9 @@ POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Pending,status.phase!=Succee
 """Bound pods that have started and not completed: Running ones become PodViews; Failed/Unknown ones are
 kept as observations only (a canary that failed must be seen)."""
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+FRESH_AT_BAKE_END = ("Pod", "Node")
+"""Kinds ``run`` lists from the API server, not the watch caches, for a pass that ends a bake (``read(fresh=...)``):
+the gates read the pods, and a pool whose nodes turned unhealthy is frozen."""
 LIST_OPTIONS: Mapping[str, Mapping[str, str]] = {"Pod": {"field_selector": POD_FIELD_SELECTOR}}
 """Per kind, the options of its list (and of its watch, when the reader watches)."""
 VERSION_TTL_S = 60.0
@@ -206,10 +209,15 @@ class ClusterReader:
             raise classify(err, "read /version") from err
         return parse_version(str(body.get("major", "")), str(body.get("minor", "")), str(body.get("gitVersion", "")))
 
-    def read(self, policy_pool_label: str | None = None, namespaces: Sequence[str] = ()) -> Snapshot:
+    def read(self, policy_pool_label: str | None = None, namespaces: Sequence[str] = (),
+             fresh: Sequence[str] = ()) -> Snapshot:
         """List every kind once and convert; ``policy_pool_label``: the node label naming pools (None or ""
-        for the first present of the common keys); ``namespaces``: only these (empty: all)."""
+        for the first present of the common keys); ``namespaces``: only these (empty: all); ``fresh``: kinds
+        listed from the API server even while their watch-fed cache is current."""
         def listed(kind: str) -> list[Obj]:
+            if kind in fresh:
+                return [item for ns in (namespaces if self.listings[kind].namespaced and namespaces else (None,))
+                        for item in self._fetch(kind, ns, **LIST_OPTIONS.get(kind, {}))]
             return self._list(kind, namespaces, **LIST_OPTIONS.get(kind, {}))
 
         # The listings are independent reads: a few at a time, so a read costs about its largest listing.

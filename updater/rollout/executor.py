@@ -159,13 +159,26 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
     return batches, entries
 
 
+def _bake_ended(r: Rollout, now_s: float) -> bool:
+    """The rollout's current batch is baking and its bake is over: this pass may start the next batch."""
+    if r.phase != Phase.BAKING or r.current_batch >= len(r.batches):
+        return False
+    b = r.batches[r.current_batch]
+    return b.phase == BatchPhase.BAKING and b.bake_until_s is not None and now_s >= b.bake_until_s
+
+
 class Executor:
     def __init__(self, *, read: Callable[[], Any], planner: Callable[..., Plan], store: Store, resizer: Resizer,
                  recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
                  timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
                  templates: Templates | None = None, metrics: UpdaterMetrics | None = None, parallelism: int = 8,
-                 verify_poll_s: float = 1.0) -> None:
+                 verify_poll_s: float = 1.0, read_fresh: Callable[[], Any] | None = None) -> None:
         self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
+        self.read_fresh = read_fresh
+        """A read that lists pods from the API server even where ``read`` serves them from a watch-fed cache: used
+        when a bake has ended, so the step that starts the next batch never rests on a view that may be up to a
+        silent watch's bound old (an OOM kill in the last seconds of the bake must halt the pool, not be missed)."""
+        self.fresh_reads = 0
         self.evictor, self.templates = evictor, templates
         self.parallelism = max(1, parallelism)
         """Resize requests in flight at once within a pass, over all rollouts (each carries its own preconditions)."""
@@ -203,9 +216,17 @@ class Executor:
                                                                                                      Plan]]]:
         """The journals and the cluster, read at the same time, and the plans."""
         t0 = time.monotonic()
-        journals = pool.submit(self.store.list)
-        snap = self.read()
-        everything = journals.result()
+        if self.read_fresh is None:
+            journals = pool.submit(self.store.list)
+            snap = self.read()
+            everything = journals.result()
+        else:  # the journals first (from their cache): they say whether a bake has ended
+            everything = self.store.list()
+            if any(_bake_ended(r, now_s) for r in everything):
+                self.fresh_reads += 1
+                snap = self.read_fresh()
+            else:
+                snap = self.read()
         self.read_s = time.monotonic() - t0
         return everything, snap, self._plans(snap, everything, now_s)
 
