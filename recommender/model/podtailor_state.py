@@ -226,7 +226,8 @@ class PodtailorState:
         self.cpu_level = params.cpu_request_percentile
         """The calibrated request percentile (``cpu_over_request_budget``)."""
         self.pending_cpu: list[FloatArray] = []
-        """CPU samples (as fed to the histograms) not yet folded into ``cpu_level``."""
+        """CPU samples (as fed to the histograms) not yet folded into ``cpu_level``: whole batches, the oldest
+        dropped once they hold more than a day."""
         self.pending_cpu_s = 0.0
         """Their duration (samples x interval)."""
 
@@ -286,6 +287,8 @@ class PodtailorState:
         if self.params.cpu_over_request_budget > 0 and cpu.values.size:
             self.pending_cpu.append(cpu.values)
             self.pending_cpu_s += float(cpu.values.size) * batch.cpu_interval_s
+            while self.pending_cpu_s > DAY_S and len(self.pending_cpu) > 1:  # bounded if nobody calibrates
+                self.pending_cpu_s -= float(self.pending_cpu.pop(0).size) * batch.cpu_interval_s
 
     def _add_memory(self, mem: SortedSamples, interval_s: float) -> None:
         self.memory.add(mem)

@@ -283,6 +283,14 @@ def test_calibration_follows_the_share_of_time_over_the_applied_request() -> Non
     assert state.cpu_level == pytest.approx(0.7488) and state.pending_cpu == []
 
 
+def test_uncalibrated_samples_are_bounded_to_about_a_day() -> None:
+    state = get_strategy("podtailor").new_state()
+    assert isinstance(state, PodtailorState)
+    for hour in range(30):  # 30 one-hour batches and no recommendation in between
+        state.add(five_minute_cpu([0.2] * 12, end=NOW + hour * HOUR))
+    assert len(state.pending_cpu) == 24 and state.pending_cpu_s == DAY
+
+
 def alternating(n: int) -> UsageBatch:
     cpu = np.where(np.arange(n) % 2 == 1, 1.0, 0.2)  # ends on 1.0 (n even)
     return UsageBatch(cpu_cores=series(cpu, HOUR), cpu_interval_s=HOUR,
