@@ -2,9 +2,12 @@
 
 Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (days) per resource is
 min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
-counts in full. CPU: request = max(slow p85, fast p85) x (1 + margin) over throttling-corrected samples
-(rises within hours, falls at the 12h half-life pace); bounds p50/p95 x margin x VPA's confidence
-multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least request x ``cpu_limit_min_ratio``).
+counts in full. CPU: request = max(slow pL, fast pL) x (1 + margin) over throttling-corrected samples
+(rises within hours, falls at the 12h half-life pace), with the percentile L calibrated per container to its
+budget of time over the request (``cpu_over_request_budget``; L starts at and never exceeds p85, so only a
+container that stays under its budget gets a lower one: ``PodtailorState.calibrate``); bounds p50/p95 x
+margin x VPA's confidence multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least
+request x ``cpu_limit_min_ratio``).
 Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the
 hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM
 (``memory_oom_cost_gib_hours``) x the share of hours above it (``peaks.cost_level``): the max for small
@@ -64,7 +67,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
 
     def _cpu(self, state: PodtailorState, c: float) -> ResourceEstimate | None:
         prm = self.params
-        request = self._cpu_percentile(state, prm.cpu_request_percentile)
+        level = state.cpu_level if prm.cpu_over_request_budget > 0 else prm.cpu_request_percentile
+        request = self._cpu_percentile(state, level)
         lower = state.cpu.percentile(prm.cpu_lower_percentile)
         upper = state.cpu.percentile(prm.cpu_upper_percentile)
         if request is None or lower is None or upper is None:
@@ -167,12 +171,13 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if state.first_sample_s is None and not state.oom_bumps:
             return no_recommendation("no history")
         prm, n = self.params, max(policy.containers_in_pod, 1)
+        cur_cpu = current.requests.cpu_millicores
+        state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu)
         memory, reasons = self._memory(state, c_mem, now_s, policy.max_allowed.memory_bytes)
         cpu = None if cpu is None else with_floor(cpu, prm.pod_min_cpu_millicores / 1000.0 / n)
         memory = None if memory is None else with_floor(memory, prm.pod_min_memory_mib * MIB / n)
-        cur_cpu = current.requests.cpu_millicores
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
         cur_mem = current.requests.memory_bytes
         memory, r_mem = self._no_decrease("memory", memory, c_mem, None if cur_mem is None else float(cur_mem))
