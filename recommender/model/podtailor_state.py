@@ -178,6 +178,10 @@ class Observed:
         return min((self.last_s - self.first_s) / DAY_S, self.seconds / DAY_S)
 
 
+PENDING_WEIGHT_MAX_S = 8 * DAY_S
+"""The most time one calibration step may weigh: a cold load's history window."""
+
+
 def adaptive_step(level: float, error: float, rate: float, bounds: tuple[float, float]) -> float:
     """One online calibration step, level + rate x error clipped to ``bounds`` (the update of adaptive conformal
     inference, Gibbs and Candes 2021, with error = the observed share over the request minus its budget)."""
@@ -226,10 +230,11 @@ class PodtailorState:
         self.cpu_level = params.cpu_request_percentile
         """The calibrated request percentile (``cpu_over_request_budget``)."""
         self.pending_cpu: list[FloatArray] = []
-        """CPU samples (as fed to the histograms) not yet folded into ``cpu_level``: whole batches, the oldest
-        dropped once they hold more than a day."""
+        """CPU samples (as fed to the histograms) not yet folded into ``cpu_level``: the newest day of them at
+        most, in one array."""
         self.pending_cpu_s = 0.0
-        """Their duration (samples x interval)."""
+        """The time they stand for (samples x interval, including samples dropped beyond a day), at most
+        ``PENDING_WEIGHT_MAX_S``: the weight of the next calibration step."""
 
     def note_applied(self, values: list[int | None], now_s: float) -> float | None:
         """Record the applied values seen at ``now_s``; the time they were first seen (None: unknown)."""
@@ -285,10 +290,15 @@ class PodtailorState:
             self.cpu_fast.add(cpu.values, cpu.timestamps_s)
         self.cpu_seen.note(cpu.timestamps_s, batch.cpu_interval_s)
         if self.params.cpu_over_request_budget > 0 and cpu.values.size:
-            self.pending_cpu.append(cpu.values)
-            self.pending_cpu_s += float(cpu.values.size) * batch.cpu_interval_s
-            while self.pending_cpu_s > DAY_S and len(self.pending_cpu) > 1:  # bounded if nobody calibrates
-                self.pending_cpu_s -= float(self.pending_cpu.pop(0).size) * batch.cpu_interval_s
+            # Memory stays bounded: at most the last day's samples are kept, in one array of our own (a copy: a
+            # cold load's 8 days arrive as one array per container, which must not stay alive until the next
+            # calibration). They stand for the whole pending time, which still weighs the step (up to
+            # PENDING_WEIGHT_MAX_S): the share over the request is estimated from the newest day.
+            kept = np.concatenate([*self.pending_cpu, cpu.values])
+            limit = max(1, int(DAY_S // max(batch.cpu_interval_s, 1e-9)))
+            self.pending_cpu = [kept[-limit:].copy() if kept.size > limit else kept]
+            self.pending_cpu_s = min(self.pending_cpu_s + float(cpu.values.size) * batch.cpu_interval_s,
+                                     PENDING_WEIGHT_MAX_S)
 
     def _add_memory(self, mem: SortedSamples, interval_s: float) -> None:
         self.memory.add(mem)

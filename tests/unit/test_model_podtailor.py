@@ -288,7 +288,17 @@ def test_uncalibrated_samples_are_bounded_to_about_a_day() -> None:
     assert isinstance(state, PodtailorState)
     for hour in range(30):  # 30 one-hour batches and no recommendation in between
         state.add(five_minute_cpu([0.2] * 12, end=NOW + hour * HOUR))
-    assert len(state.pending_cpu) == 24 and state.pending_cpu_s == DAY
+    # The newest day's samples are kept; they stand for all 30 hours in the step's weight.
+    assert [a.size for a in state.pending_cpu] == [24 * 12] and state.pending_cpu_s == 30 * HOUR
+    # A cold load: 8 days in one batch keep only the last day, in an array of its own (not a view of the batch).
+    cold = get_strategy("podtailor").new_state()
+    assert isinstance(cold, PodtailorState)
+    cold.add(five_minute_cpu([0.2] * (8 * 24 * 12), end=NOW))
+    [kept] = cold.pending_cpu
+    assert kept.size == 24 * 12 and cold.pending_cpu_s == 8 * DAY and kept.base is None
+    for hour in range(30):  # the weight never exceeds the 8 days of a cold load
+        cold.add(five_minute_cpu([0.2] * 12, end=NOW + (hour + 1) * HOUR))
+    assert cold.pending_cpu_s == 8 * DAY
 
 
 def alternating(n: int) -> UsageBatch:
