@@ -18,9 +18,9 @@ from recommender.plumbing import UsageError, duration_s
 from recommender.sources.config import PrometheusConfig
 
 
-def add_prometheus_flags(p: argparse.ArgumentParser) -> None:
+def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("Prometheus (or Thanos, Mimir, VictoriaMetrics)")
-    g.add_argument("--prometheus-url", required=True, help="base URL with any path prefix, e.g. "
+    g.add_argument("--prometheus-url", required=required, help="base URL with any path prefix, e.g. "
                    "http://prometheus.monitoring:9090 or https://mimir.example/prometheus")
     g.add_argument("--prometheus-bearer-token-file", type=Path, help="file with a bearer token (re-read per request)")
     g.add_argument("--prometheus-username", help="basic-auth user (password from --prometheus-password-file)")

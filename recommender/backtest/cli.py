@@ -3,10 +3,10 @@
 Owns ``add_backtest_parser(subparsers)`` and ``run_backtest(args) -> int`` (exit codes as the rest of the
 command line: 0 done, 2 bad usage or input, with a one-line error on stderr). Strategies are registry names with
 optional overrides (``--set podtailor.resize_down_fraction=0.3``); ``oracle`` is always added as the floor, and
-``oracle-budget`` (the oracle held to VPA's changes and CPU time over the request) whenever ``vpa`` runs. The
-Prometheus input (``--prometheus``) is not wired yet: ``runner.run_history`` takes the
-``dict[ContainerKey, UsageBatch]`` that ``recommender.sources`` builds, but the command line has no source
-wiring for it, so the flag reports "not yet" and exits 2.
+``oracle-budget`` (the oracle held to VPA's changes and CPU time over the request) whenever ``vpa`` runs. With
+``--prometheus`` the history is the cluster's own: ``PrometheusSource.history`` over the namespaces given
+(``-n``) and ``--history``, one series per workload container (pods of a rollout share their workload's
+history), replayed by ``runner.run_history``. A Prometheus that cannot be read exits 1, with nothing written.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import ast
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,19 @@ from rich.console import Console
 
 from recommender.backtest.replay import ReplayConfig
 from recommender.backtest.report import print_report, write_json, write_png
-from recommender.backtest.runner import ORACLE, ORACLE_BUDGET, REFERENCES, StrategySpec, run_trace
+from recommender.backtest.runner import (
+    ORACLE,
+    ORACLE_BUDGET,
+    REFERENCES,
+    BacktestResult,
+    StrategySpec,
+    run_history,
+    run_trace,
+)
 from recommender.backtest.trace import TraceColumns, TraceError
+from recommender.cli import add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
+from recommender.plumbing import duration_s
 
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
@@ -46,7 +57,9 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
         "backtest", help="replay usage history and score strategies", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", nargs="?", type=Path, help="trace CSV or CSV.gz")
-    p.add_argument("--prometheus", action="store_true", help="read history from Prometheus (not yet wired)")
+    p.add_argument("--prometheus", action="store_true",
+                   help="replay the cluster's own usage history from Prometheus instead of a trace file "
+                        "(needs --prometheus-url and -n)")
     p.add_argument("--strategies", default=",".join(STRATEGIES),
                    help=f"comma-separated strategy names (default {','.join(STRATEGIES)}; "
                         "oracle always added, oracle-budget with vpa)")
@@ -70,6 +83,12 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="start CPU request = provisioned / this (2)")
     sim.add_argument("--start-memory-limit-ratio", type=float, default=1.0,
                      help="start memory request = provisioned / this (1)")
+    add_prometheus_flags(p, required=False)
+    prom = p.add_argument_group("history from Prometheus (--prometheus)")
+    prom.add_argument("-n", "--namespace", action="append", default=[],
+                      help="namespace whose workloads are replayed (repeatable; required with --prometheus)")
+    prom.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
+                      help="how far back to read, ending now (default: 8d; the first --warmup-hours are not scored)")
     out = p.add_argument_group("run and output")
     out.add_argument("--series", type=int, help="only the first N series")
     out.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4), help="worker processes")
@@ -107,25 +126,66 @@ def _columns(args: argparse.Namespace) -> TraceColumns:
                         memory_normalized=norm)
 
 
-def run_backtest(args: argparse.Namespace) -> int:
-    """Run the subcommand; 0 on success, 2 on bad usage or input."""
+def _usage_error(args: argparse.Namespace) -> str | None:
     if args.prometheus:
-        print("error: --prometheus is not wired yet; pass a trace file "
-              "(recommender.backtest.runner.run_history takes Prometheus-style history)", file=sys.stderr)
-        return 2
-    if args.trace is None:
-        print("error: a trace file is required", file=sys.stderr)
+        if args.trace is not None:
+            return "give either a trace file or --prometheus, not both"
+        if not args.prometheus_url:
+            return "--prometheus needs --prometheus-url"
+        if not args.namespace:
+            return "--prometheus needs at least one -n NAMESPACE"
+        if not args.history > 0:
+            return "--history must be positive"
+        return None
+    return None if args.trace is not None else "a trace file (or --prometheus) is required"
+
+
+def _from_prometheus(args: argparse.Namespace, specs: list[StrategySpec], cfg: ReplayConfig) -> BacktestResult:
+    """The cluster's own history: one read of every namespace, then the same replay as a trace's series.
+    Raises SourceError when Prometheus cannot be read (exit 1) and UsageError for bad flags (exit 2)."""
+    from prometheus_client import CollectorRegistry
+
+    from recommender.cli import prometheus_config
+    from recommender.sources.prometheus import PrometheusSource
+
+    source = PrometheusSource(prometheus_config(args), registry=CollectorRegistry())
+    try:
+        end = time.time()
+        history = source.history(sorted(set(args.namespace)), end - args.history, end)
+    finally:
+        source.close()
+    if args.series is not None:
+        history = dict(sorted(history.items())[:max(args.series, 0)])
+    return run_history(history, specs, cfg, workers=args.workers)
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    """Run the subcommand; 0 on success, 1 when Prometheus cannot be read, 2 on bad usage or input."""
+    from recommender.plumbing import UsageError
+    from recommender.sources.errors import SourceError
+
+    problem = _usage_error(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         specs = _specs(args)
         cfg = ReplayConfig(warmup_s=args.warmup_hours * 3600.0, start_cpu_limit_ratio=args.start_cpu_limit_ratio,
                            start_memory_limit_ratio=args.start_memory_limit_ratio)
-        result = run_trace(args.trace, specs, cfg, columns=_columns(args), workers=args.workers, limit=args.series)
-    except (TraceError, ValueError, OSError, EOFError) as exc:
+        if args.prometheus:
+            result = _from_prometheus(args, specs, cfg)
+        else:
+            result = run_trace(args.trace, specs, cfg, columns=_columns(args), workers=args.workers,
+                               limit=args.series)
+    except (TraceError, ValueError, OSError, EOFError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SourceError as exc:
+        print(f"error: reading history from Prometheus failed: {exc}", file=sys.stderr)
+        return 1
     if result.totals["all"][ORACLE].series == 0:
-        print(f"error: no usable series in {args.trace}", file=sys.stderr)
+        where = f"Prometheus history of {', '.join(args.namespace)}" if args.prometheus else str(args.trace)
+        print(f"error: no usable series in {where} (a series needs at least two CPU samples)", file=sys.stderr)
         return 2
     if not args.quiet:
         print_report(result, Console(stderr=args.json is not None and str(args.json) == "-"))

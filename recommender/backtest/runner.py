@@ -28,7 +28,7 @@ from recommender.backtest.replay import ReplayConfig, make_grid, oracle, replay
 from recommender.backtest.scoring import Metrics, Totals, metrics, score
 from recommender.backtest.trace import ReadStats, Series, TraceColumns, read_trace
 from recommender.model.registry import get_strategy
-from recommender.model.types import ContainerKey, CurrentResources, UsageBatch
+from recommender.model.types import ContainerKey, CurrentResources, FloatArray, UsageBatch
 
 ORACLE = "oracle"
 ORACLE_BUDGET = "oracle-budget"
@@ -163,20 +163,31 @@ def run_trace(path: Path, specs: list[StrategySpec], cfg: ReplayConfig, *, colum
     return run_series(series, specs, cfg, workers=workers, limit=limit, source=str(path), stats=stats)
 
 
+def _busiest(timestamps_s: FloatArray, values: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Sorted distinct timestamps and, at each, the largest value (NaN only where every value is NaN)."""
+    ts, inverse = np.unique(timestamps_s, return_inverse=True)
+    out = np.full(ts.size, np.nan)
+    np.fmax.at(out, inverse, values)
+    return ts, out
+
+
 def series_from_history(history: Mapping[ContainerKey, UsageBatch],
                         current: Mapping[ContainerKey, CurrentResources] | None = None) -> Iterator[Series]:
     """Prometheus-style history as ``Series``: memory aligned to the CPU timestamps (the latest reading at or
-    before each, NaN before the first); the provisioned amount is the current limit, else the request."""
+    before each, NaN before the first); the provisioned amount is the current limit, else the request.
+
+    A workload's batch holds every pod's samples (its replicas, and the pods of earlier rollouts), so several
+    share a timestamp. The replay gives each series one value per step, so a workload is replayed as its
+    busiest replica at each timestamp (the max over pods, CPU and memory apart): the replica that decides OOM
+    kills and CPU time over the request. Its slack is that of the busiest replica, a lower bound of the
+    replicas' average."""
     for key, batch in sorted(history.items()):
-        ts = batch.cpu_cores.timestamps_s
+        ts, cpu = _busiest(batch.cpu_cores.timestamps_s, batch.cpu_cores.values)
         if ts.size < 2:
             continue
-        order = np.argsort(ts, kind="stable")
-        ts, cpu = ts[order], batch.cpu_cores.values[order]
         mem = None
         if len(batch.memory_peak_bytes):
-            mo = np.argsort(batch.memory_peak_bytes.timestamps_s, kind="stable")
-            mts, mval = batch.memory_peak_bytes.timestamps_s[mo], batch.memory_peak_bytes.values[mo]
+            mts, mval = _busiest(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
             idx = np.searchsorted(mts, ts, side="right") - 1
             mem = np.where(idx >= 0, mval[np.maximum(idx, 0)], np.nan)
             mem = np.where(mem > 0, mem, np.nan)

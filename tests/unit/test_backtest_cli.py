@@ -44,7 +44,13 @@ def test_missing_file_and_bad_column_exit_2(tmp_path: Path, trace: Path, capsys:
     assert run_backtest(parse(str(trace), "--set", "vpa.bogus=1", "--workers", "1")) == 2
     assert "unknown parameter" in capsys.readouterr().err
     assert run_backtest(parse("--prometheus")) == 2
-    assert "not wired yet" in capsys.readouterr().err
+    assert "--prometheus needs --prometheus-url" in capsys.readouterr().err
+    assert run_backtest(parse("--prometheus", "--prometheus-url", "http://127.0.0.1:9")) == 2
+    assert "at least one -n NAMESPACE" in capsys.readouterr().err
+    assert run_backtest(parse(str(trace), "--prometheus", "--prometheus-url", "http://127.0.0.1:9", "-n", "a")) == 2
+    assert "either a trace file or --prometheus" in capsys.readouterr().err
+    assert run_backtest(parse()) == 2
+    assert "a trace file (or --prometheus) is required" in capsys.readouterr().err
 
 
 def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:

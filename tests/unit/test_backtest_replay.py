@@ -107,3 +107,20 @@ def test_prometheus_style_history_becomes_series() -> None:
     assert s.memory_bytes is not None
     np.testing.assert_array_equal(s.memory_bytes[1:], [5.0, 5.0, 7.0])  # latest reading at or before
     assert np.isnan(s.memory_bytes[0])
+
+
+def test_a_workloads_replicas_are_replayed_as_its_busiest_one() -> None:
+    # Two pods at the same four timestamps (as Prometheus returns a Deployment's replicas), interleaved.
+    ts = np.repeat(T0 + 300.0 * np.arange(4), 2)
+    key = ContainerKey(namespace="ns", workload_kind="Deployment", workload_name="web", container="app")
+    batch = UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.array([0.1, 0.5, 0.6, 0.2, 0.3, 0.3, 0.4, 0.9])),
+                       cpu_interval_s=300.0,
+                       memory_peak_bytes=Samples(timestamps_s=ts, values=np.array([5, 9, 8, np.nan, 7, 6, np.nan,
+                                                                                    np.nan])),
+                       memory_interval_s=300.0)
+    (s,) = series_from_history({key: batch})
+    np.testing.assert_array_equal(s.timestamps_s, T0 + 300.0 * np.arange(4))  # one value per timestamp
+    np.testing.assert_array_equal(s.cpu_cores, [0.5, 0.6, 0.3, 0.9])
+    assert s.memory_bytes is not None
+    np.testing.assert_array_equal(s.memory_bytes[:3], [9.0, 8.0, 7.0])
+    assert np.isnan(s.memory_bytes[3])  # every pod's reading missing: missing, not zero
