@@ -48,6 +48,11 @@ series_id,timestamp_s,cpu_cores,memory_bytes[,cpu_provisioned_cores,memory_provi
 Normalized columns (cpu_frac, mem_frac) are multiplied by the provisioned column, or by --cpu-scale /
 --memory-scale when the file has none. --memory-column none reads a CPU-only trace. Memory readings of 0 are
 treated as missing.
+
+With --prometheus (and --prometheus-url, -n, --history) the cluster's own usage history is replayed instead:
+one series per workload container, as the recommender reads it. A workload's replicas share each timestamp,
+so it is replayed as its busiest replica there (the max over pods): the one that decides OOM kills and CPU
+time over the request.
 """
 
 
