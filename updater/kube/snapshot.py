@@ -182,12 +182,13 @@ class ClusterReader:
             informer.stop()
         self.informers.clear()
 
-    def _list(self, kind: str, namespaces: Sequence[str], **kwargs: Any) -> list[Obj]:
-        """Every item of ``kind`` in ``namespaces`` (empty: all), from the cache where it is current."""
+    def _list(self, kind: str, namespaces: Sequence[str], from_cache: bool = True, **kwargs: Any) -> list[Obj]:
+        """Every item of ``kind`` in ``namespaces`` (empty: all), from the cache where it is current (unless
+        ``from_cache`` is False: then from the API server)."""
         listing = self.listings[kind]
         out: list[Obj] = []
         for ns in (namespaces if listing.namespaced and namespaces else (None,)):
-            informer = self.informers.get((kind, ns)) if kwargs == LIST_OPTIONS.get(kind, {}) else None
+            informer = self.informers.get((kind, ns)) if from_cache and kwargs == LIST_OPTIONS.get(kind, {}) else None
             cached = informer.items() if informer is not None else None
             if cached is None:
                 if informer is not None:  # watched, but not known to be current
@@ -215,10 +216,7 @@ class ClusterReader:
         for the first present of the common keys); ``namespaces``: only these (empty: all); ``fresh``: kinds
         listed from the API server even while their watch-fed cache is current."""
         def listed(kind: str) -> list[Obj]:
-            if kind in fresh:
-                return [item for ns in (namespaces if self.listings[kind].namespaced and namespaces else (None,))
-                        for item in self._fetch(kind, ns, **LIST_OPTIONS.get(kind, {}))]
-            return self._list(kind, namespaces, **LIST_OPTIONS.get(kind, {}))
+            return self._list(kind, namespaces, from_cache=kind not in fresh, **LIST_OPTIONS.get(kind, {}))
 
         # The listings are independent reads: a few at a time, so a read costs about its largest listing.
         with ThreadPoolExecutor(max_workers=LISTING_THREADS, thread_name_prefix="snapshot") as pool:
