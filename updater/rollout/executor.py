@@ -159,12 +159,12 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
     return batches, entries
 
 
-def _bake_ended(r: Rollout, now_s: float) -> bool:
-    """The rollout's current batch is baking and its bake is over: this pass may start the next batch."""
+def _bake_until(r: Rollout) -> float | None:
+    """When the bake of the rollout's current batch ends, while the rollout is baking it; None otherwise."""
     if r.phase != Phase.BAKING or r.current_batch >= len(r.batches):
-        return False
+        return None
     b = r.batches[r.current_batch]
-    return b.phase == BatchPhase.BAKING and b.bake_until_s is not None and now_s >= b.bake_until_s
+    return b.bake_until_s if b.phase == BatchPhase.BAKING else None
 
 
 class Executor:
@@ -222,7 +222,7 @@ class Executor:
             everything = journals.result()
         else:  # the journals first (from their cache): they say whether a bake has ended
             everything = self.store.list()
-            if any(_bake_ended(r, now_s) for r in everything):
+            if any((until := _bake_until(r)) is not None and now_s >= until for r in everything):
                 self.fresh_reads += 1
                 snap = self.read_fresh()
             else:
@@ -277,9 +277,7 @@ class Executor:
                     continue
                 steps, _ = self._round(now, everything, snap, plans, touched, start_new=False)
         self._publish_open({**{r.name: r for r in everything}, **latest}.values())
-        bake_ends = [b.bake_until_s for r in latest.values() if r.phase == Phase.BAKING
-                     for b in r.batches[r.current_batch:r.current_batch + 1]
-                     if b.phase == BatchPhase.BAKING and b.bake_until_s is not None]
+        bake_ends = [until for r in latest.values() if (until := _bake_until(r)) is not None]
         awaiting = any(r.phase == Phase.ROLLING_BACK or (
             r.phase in (Phase.PROGRESSING, Phase.BAKING) and r.current_batch < len(r.batches)
             and r.batches[r.current_batch].phase in (BatchPhase.APPLYING, BatchPhase.VERIFYING))
