@@ -12,6 +12,7 @@ anything: the executor performs the returned effects and then records their outc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -358,10 +359,7 @@ def _complete(r: Rollout) -> tuple[Rollout, list[Effect]]:
     """Every batch baked. Pods left unchanged (a refused resize or eviction, gone, Infeasible) are counted in the
     message and make the completion a Warning, so "Completed" never hides work that was not done."""
     changed = sum(1 for e in r.entries if e.state == EntryState.VERIFIED)
-    left: dict[str, int] = {}
-    for e in r.entries:
-        if e.state != EntryState.VERIFIED:
-            left[e.state.value] = left.get(e.state.value, 0) + 1
+    left = Counter(e.state.value for e in r.entries if e.state != EntryState.VERIFIED)
     message = f"all batches baked: {changed} of {len(r.entries)} pods changed"
     if left:
         message += "; not changed: " + ", ".join(f"{n} {state}" for state, n in sorted(left.items()))
