@@ -210,6 +210,7 @@ class CountingStore:
         self.writes = 0
         self.status_bytes = 0
         self.latest: dict[str, Rollout] = {}
+        self.log: list[JournalWrite] = []
 
     def list(self) -> list[Rollout]:
         out: list[Rollout] = self.meter.timed("journal: list", self.inner.list)
@@ -218,8 +219,10 @@ class CountingStore:
 
     def create(self, r: Rollout) -> Rollout:
         size = len(json.dumps(to_status(r)))
+        start = time.time()
         out: Rollout = self.meter.timed("journal: writes", lambda: self.inner.create(r))
         with self.meter.lock:
+            self.log.append(JournalWrite(name=r.name, start=start, end=time.time()))
             self.writes += 2  # POST the object, then PUT its status (RolloutStore.create)
             self.status_bytes += size
             self.meter.calls["journal: writes"] += 1
@@ -228,8 +231,10 @@ class CountingStore:
 
     def save(self, r: Rollout) -> Rollout:
         size = len(json.dumps(to_status(r)))
+        start = time.time()
         out: Rollout = self.meter.timed("journal: writes", lambda: self.inner.save(r))
         with self.meter.lock:
+            self.log.append(JournalWrite(name=r.name, start=start, end=time.time()))
             self.writes += 1
             self.status_bytes += size
             self.latest[out.name] = out
@@ -243,6 +248,13 @@ class CountingStore:
 
     def stop_watching(self) -> None:
         self.inner.stop_watching()
+
+
+@dataclass(frozen=True, slots=True)
+class JournalWrite:
+    name: str
+    start: float
+    end: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +390,7 @@ class ClusterRun:
     meter: Meter = field(default_factory=Meter)
     rollouts: dict[str, Rollout] = field(default_factory=dict)
     resizes: list[ResizeCall] = field(default_factory=list)
+    journal_writes: list[JournalWrite] = field(default_factory=list)
     resized: int = 0
     executor_writes: int = 0
     store_writes: int = 0
@@ -392,6 +405,8 @@ class ClusterRun:
     """The executor's client threads for resizes (shared by the pools)."""
     api_writes: dict[str, int] = field(default_factory=dict)
     """Write requests the API server served during the passes, by resource (its apiserver_request_total)."""
+    api_write_s: dict[str, float] = field(default_factory=dict)
+    """Seconds the API server spent serving those writes, by resource (apiserver_request_duration_seconds_sum)."""
     error: str = ""
     reads: str = "watch"
     """"watch": from the watch-fed caches, as ``run`` reads; "list": every kind and the journal listed per pass."""
@@ -415,22 +430,28 @@ class ClusterRun:
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 
 
-def _api_writes(api: client.ApiClient) -> dict[str, int]:
-    """Write requests served so far by the API server, by resource[/subresource], from its /metrics."""
+def _api_writes(api: client.ApiClient) -> tuple[dict[str, int], dict[str, float]]:
+    """Write requests served so far by the API server, by resource[/subresource], from its /metrics: their count
+    (``apiserver_request_total``) and the seconds it spent serving them (``apiserver_request_duration_seconds``)."""
     rest: Any = api.rest_client
     text = rest.request("GET", f"{api.configuration.host}/metrics", _request_timeout=30).read().decode()
-    out: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_text, value = line[len("apiserver_request_total{"):].rsplit("} ", 1)
-        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
-        labels = {k: v.strip('"') for k, v in labels.items()}
-        if labels.get("verb") not in WRITE_VERBS:
-            continue
-        key = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-        out[key] = out.get(key, 0) + int(float(value))
-    return out
+        for metric in ("apiserver_request_total{", "apiserver_request_duration_seconds_sum{"):
+            if not line.startswith(metric):
+                continue
+            labels_text, value = line[len(metric):].rsplit("} ", 1)
+            labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
+            labels = {k: v.strip('"') for k, v in labels.items()}
+            if labels.get("verb") not in WRITE_VERBS:
+                continue
+            key = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            if metric == "apiserver_request_total{":
+                counts[key] = counts.get(key, 0) + int(float(value))
+            else:
+                seconds[key] = seconds.get(key, 0.0) + float(value)
+    return counts, seconds
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -496,13 +517,14 @@ def run_cluster(pods: int = 1000, pools: int = 4, bake_s: float = 10.0, interval
                 "spec": {"namespaces": [NAMESPACE], "steps": steps, "minPodAge": "0s", "changeThreshold": 0.05,
                          "maxConcurrent": max(1000, result.pods), "maxConcurrentPerPool": max(500, per_pool)}})
             result.setup_s = time.monotonic() - t_setup
-            sim_cpu0, writes0, load0 = _proc_cpu_s(sim.pid), _api_writes(api), os.getloadavg()
+            sim_cpu0, (writes0, served0), load0 = _proc_cpu_s(sim.pid), _api_writes(api), os.getloadavg()
             say(f"setup done in {result.setup_s:.0f} s; running updater passes (bake {bake_s:g} s, reads: {reads}) ...")
             _converge(api, result, interval_s, timeout_s, say)
             result.sim_cpu_s = _proc_cpu_s(sim.pid) - sim_cpu0
             result.load = (load0, os.getloadavg())
-            result.api_writes = {k: n - writes0.get(k, 0) for k, n in _api_writes(api).items()
-                                 if n > writes0.get(k, 0)}
+            writes1, served1 = _api_writes(api)
+            result.api_writes = {k: n - writes0.get(k, 0) for k, n in writes1.items() if n > writes0.get(k, 0)}
+            result.api_write_s = {k: v - served0.get(k, 0.0) for k, v in served1.items() if k in result.api_writes}
             result.final_cpu = _all_cpu(core)
         finally:
             if sim is not None:
@@ -554,6 +576,7 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
     result.fallbacks = reader.fallbacks
     result.rollouts = dict(store.latest)
     result.resizes = list(resizer.calls)
+    result.journal_writes = list(store.log)
     result.executor_writes = executor.writes
     result.store_writes = store.writes
     result.status_bytes = store.status_bytes
@@ -638,6 +661,38 @@ def _batch_timeline(run: ClusterRun) -> list[tuple[int, int, float, float, float
         if pods:
             rows.append((i, round(statistics.mean(pods)), statistics.mean(verify), statistics.mean(bake),
                          statistics.mean(lag) if lag else math.nan, statistics.mean(idle) if idle else math.nan))
+    return rows
+
+
+def _critical_path(run: ClusterRun) -> list[tuple[int, float, float, float, float, float]]:
+    """Per batch index, averaged over pools, the steps from the batch's start to its verification:
+    (index, start → intent saved, → first resize sent, first → last resize answered, → outcome saved,
+    → seen verified), in seconds."""
+    writes: dict[str, list[JournalWrite]] = {}
+    for w in sorted(run.journal_writes, key=lambda w: w.start):
+        writes.setdefault(w.name, []).append(w)
+    calls: dict[str, list[ResizeCall]] = {}
+    for c in run.resizes:
+        calls.setdefault(c.key, []).append(c)
+    rows = []
+    for i in range(max((len(r.batches) for r in run.rollouts.values()), default=0)):
+        parts: list[tuple[float, float, float, float, float]] = []
+        for r in run.rollouts.values():
+            if i >= len(r.batches) or r.batches[i].started_s is None or r.batches[i].bake_until_s is None:
+                continue
+            b = r.batches[i]
+            start, verified = float(b.started_s or 0.0), float(b.bake_until_s or 0.0) - b.bake_s
+            sent = [c for e in r.entries_of(i) for c in calls.get(e.key, []) if start <= c.start <= verified]
+            intent = next((w for w in writes.get(r.name, []) if w.start >= start - 0.5), None)
+            if not sent or intent is None:
+                continue
+            first, last = min(c.start for c in sent), max(c.end for c in sent)
+            outcome = next((w for w in writes.get(r.name, []) if w.start >= last), None)
+            saved = outcome.end if outcome is not None else last
+            parts.append((intent.end - start, first - intent.end, last - first, saved - last, verified - saved))
+        if parts:
+            m = [statistics.mean(p[k] for p in parts) for k in range(5)]
+            rows.append((i, m[0], m[1], m[2], m[3], m[4]))
     return rows
 
 
@@ -770,6 +825,9 @@ def _run_details(run: ClusterRun, titled: bool) -> list[str]:
         rows.append(f"| write requests the API server served during the passes, all clients (its "
                     f"`apiserver_request_total`) | {total:,} ({total / run.converged_s:.0f}/s): "
                     f"{', '.join(f'{k} {n:,}' for k, n in top)} | — | |")
+        served = [(k, run.api_write_s[k] / n) for k, n in top if run.api_write_s.get(k)]
+        rows.append("| the same writes' mean latency inside the API server (`apiserver_request_duration_seconds`) | "
+                    f"{', '.join(f'{k} {1000 * v:.0f} ms' for k, v in served)} | — | |")
     lines += rows
     lines += ["", f"Cluster: real control plane and the node simulator (own process, actuation delay 0.3 s) on the "
               f"same machine; {run.pools} pools x {run.nodes_per_pool} nodes x {run.cores_per_node} cores, "
@@ -817,6 +875,14 @@ def _run_details(run: ClusterRun, titled: bool) -> list[str]:
     for i, pods, verify, bake, lag, idle in timeline:
         lines.append(f"| {i + 1} | {pods} | {verify:.2f} | {bake:g} | {lag:.2f} | "
                      f"{'—' if math.isnan(idle) else f'{idle:.1f}'} |")
+    path = _critical_path(run)
+    if path:
+        lines += ["", "The same batches' start → verified, step by step (averaged over the pools; the intent is "
+                  "saved before the resizes are sent and the outcome after the last is answered; a batch is "
+                  "stepped again only once its outcome is saved):", "",
+                  "| batch | start → intent saved s | → first resize sent s | first → last resize answered s | "
+                  "→ outcome saved s | → seen verified s |", "|---|---|---|---|---|---|"]
+        lines += [f"| {i + 1} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {e:.2f} |" for i, a, b, c, d, e in path]
     ideal = run.bake_s * run.steps
     if run.converged_s - ideal > OVERHEAD_GOAL * ideal:
         lines += ["", _why_missed(run, timeline)]
