@@ -48,7 +48,10 @@ class Store:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def list(self) -> list[Rollout]:
-        return list(self.rollouts)
+        """As the real store lists: each rollout as last saved (its cache holds our own writes)."""
+        with self.lock:
+            newest = {r.name: r for r in self.saved}
+        return [newest.get(r.name, r) for r in self.rollouts]
 
     def create(self, r: Rollout) -> Rollout:
         raise AssertionError("no rollout is created in these tests")
@@ -56,9 +59,10 @@ class Store:
     def save(self, r: Rollout) -> Rollout:
         if r.name == self.conflict_on:
             raise Conflict(r.name)
+        out = replace(r, resource_version=str(int(r.resource_version or "0") + 1))
         with self.lock:
-            self.saved.append(r)
-        return replace(r, resource_version=str(int(r.resource_version or "0") + 1))
+            self.saved.append(out)
+        return out
 
     def retry_requested(self, name: str) -> bool:
         return False
@@ -242,6 +246,61 @@ def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_sam
     assert baking.batches[0].bake_until_s is not None and baking.batches[0].bake_until_s > NOW + 10.0
     assert out.next_bake_end_s == baking.batches[0].bake_until_s  # the run loop's next pass is due then
     assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified"]
+
+
+def test_a_pool_whose_resizes_are_done_is_verified_while_another_pool_is_still_sending() -> None:
+    # p1's resize is slow; p2's is answered at once and its kubelet catches up. p2's step has been performed in
+    # this pass, yet it is re-read from its saved journal and starts baking before p1's resize returns (a pass
+    # that stepped a performed rollout only in the next pass would time out here).
+    ex, store, resizer, recorder = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)])
+    ex.verify_poll_s = 0.05
+    observations = ex.read().observations
+
+    def send(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        resizer.calls.append(f"{namespace}/{pod}")
+        if pod == "p2-0":
+            observations["ns/p2-0"] = obs("p2-0", NEW, generation=2, observed=2)  # resized and actuated
+            return 2
+        for _ in range(100):
+            if any(r.name == "bench-p2" and r.phase == Phase.BAKING for r in store.saved):
+                return 2
+            time.sleep(0.05)
+        raise AssertionError("p2 was not verified while p1 was sending")
+
+    resizer.resize = send  # type: ignore[method-assign]
+    out = ex.run_pass(NOW)
+    assert sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"] and out.resized == 2  # p2's pod is not sent twice
+    p2 = [r for r in store.saved if r.name == "bench-p2"]
+    # intent (Applying), outcome (Applied), then Verified and baking: each from the journal saved before it
+    assert [[e.state for e in r.entries] for r in p2] == [[EntryState.APPLYING], [EntryState.APPLIED],
+                                                          [EntryState.VERIFIED]]
+    assert [r.resource_version for r in p2] == ["2", "3", "4"] and p2[-1].phase == Phase.BAKING
+    assert sorted(recorder.reasons) == ["BatchStarted", "BatchStarted", "BatchVerified"]
+
+
+def test_a_rollout_whose_save_conflicted_is_not_stepped_again_from_its_unsaved_version() -> None:
+    # p1's intent cannot be saved (409) while p2 is still sending: re-reads within the pass decide p1 from its
+    # journal as read (still Pending), so nothing is ever sent for it without a durable intent.
+    ex, store, resizer, _ = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)], conflict_on="bench-p1")
+    ex.verify_poll_s = 0.05
+    rounds = []
+
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        resizer.calls.append(f"{namespace}/{pod}")
+        time.sleep(0.5)  # p2 sends long enough for several re-reads
+        return 2
+
+    resizer.resize = slow  # type: ignore[method-assign]
+    original = store.save
+
+    def counting(r: Rollout) -> Rollout:
+        rounds.append(r.name)
+        return original(r)
+
+    store.save = counting  # type: ignore[method-assign]
+    ex.run_pass(NOW)
+    assert resizer.calls == ["ns/p2-0"]
+    assert {r.name for r in store.saved} == {"bench-p2"} and "bench-p1" in rounds
 
 
 def test_a_pass_that_leaves_only_bakes_running_does_not_wait_for_pod_changes() -> None:
