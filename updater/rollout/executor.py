@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -233,9 +233,8 @@ class Executor:
     def run_pass(self, now_s: float) -> PassResult:
         """Decide every open rollout's step (one after another, pure: the global slots are divided up front,
         by rollout name), then perform the steps at once, a thread per rollout. While some are still sending,
-        the rollouts not being performed whose bake has ended or whose batch awaits verification are re-read
-        and stepped too (a rollout whose step has been performed among them, from its journal as saved), so
-        one pool's large batch does not hold back the others. Returns when every step is done."""
+        the idle rollouts whose bake has ended or whose batch awaits verification are re-read and stepped
+        too, so one pool's large batch does not hold back the others. Returns when every step is done."""
         t0, writes_before = time.monotonic(), self.writes
         advanced: list[str] = []
         latest: dict[str, Rollout] = {}  # each rollout as this pass last knew it
@@ -246,9 +245,8 @@ class Executor:
                 ThreadPoolExecutor(max_workers=MAX_ROLLOUT_THREADS, thread_name_prefix="rollout") as each:
             everything, snap, plans = self._read(now_s, each)
             first_plans, now = plans, now_s
-            steps, started = self._round(now, everything, snap, plans, touched, busy=(), start_new=True)
+            steps, started = self._round(now, everything, snap, plans, touched, start_new=True)
             while True:
-                idle: list[Rollout] = []
                 for step in steps:
                     advanced.append(step.old.name)
                     latest[step.new.name] = step.new
@@ -256,28 +254,19 @@ class Executor:
                         touched[step.new.name] = step.new
                         running[each.submit(self._perform, step.old, step.new, step.effects, snap.observations,
                                             now, sends, create=step.create)] = step.new.name
-                    else:
-                        idle.append(step.new)
                 if not running:
                     break
                 # The rollouts decided just now with nothing to do: when does one of them need a look again?
-                wake = self._wake_s(idle, now)
+                wake = self._wake_s([step.new for step in steps if step.new.name not in touched], now)
                 deadline = None if wake is None else time.monotonic() + wake
                 steps = []
                 while running and (deadline is None or time.monotonic() < deadline):
                     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                     done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
-                    performed = []
                     for f in done:
                         running.pop(f)
                         r, n = f.result()  # a crash (any other exception) is raised here, after the others end
                         touched[r.name], latest[r.name], resized = r, r, resized + n
-                        performed.append(r)
-                    # a performed rollout is stepped again within the pass, once its batch may have moved on
-                    again = self._wake_s(performed, now_s + (time.monotonic() - t0))
-                    if again is not None:
-                        mark = time.monotonic() + again
-                        deadline = mark if deadline is None else min(deadline, mark)
                 if not running:
                     break
                 now = now_s + (time.monotonic() - t0)
@@ -286,8 +275,7 @@ class Executor:
                 except KubeError as err:  # the next pass re-reads; finish what is in flight
                     log.warning("re-read during the pass failed", extra={"error": str(err)})
                     continue
-                steps, _ = self._round(now, everything, snap, plans, touched, busy=set(running.values()),
-                                       start_new=False)
+                steps, _ = self._round(now, everything, snap, plans, touched, start_new=False)
         self._publish_open({**{r.name: r for r in everything}, **latest}.values())
         bake_ends = [until for r in latest.values() if (until := _bake_until(r)) is not None]
         awaiting = any(r.phase == Phase.ROLLING_BACK or (
@@ -299,19 +287,17 @@ class Executor:
                           next_bake_end_s=min(bake_ends, default=None), awaiting_pods=awaiting)
 
     def _round(self, now_s: float, everything: Sequence[Rollout], snap: Any,
-               plans: Sequence[tuple[RolloutPolicy, Plan]], touched: Mapping[str, Rollout], busy: Collection[str],
+               plans: Sequence[tuple[RolloutPolicy, Plan]], touched: Mapping[str, Rollout],
                start_new: bool) -> tuple[list[_Step], list[str]]:
-        """Decide the steps of the open rollouts not being performed (``busy``) and, with ``start_new``, create
-        the rollouts of pools that need one; returns the steps and the names of the new rollouts. A rollout is
-        decided from its journal as read (which holds our own saved writes), never from a version of ours that
-        a conflict kept from being saved: an intent is acted on only once it is durable."""
+        """Decide the steps of the open rollouts not yet performed in this pass and, with ``start_new``,
+        create the rollouts of pools that need one; returns the steps and the names of the new rollouts."""
         names = {p.name for p, _ in plans}
         # Only the rollouts of policies that exist now: a deleted policy's rollouts stop where they are.
         rollouts = [r for r in everything if r.phase not in (Phase.COMPLETED, Phase.ROLLED_BACK)
                     and r.policy in names]
-        fresh = [r for r in rollouts if r.name not in busy]
+        fresh = [r for r in rollouts if r.name not in touched]
         self.workloads = self._workloads(snap, fresh)
-        counted = [*fresh, *(touched[n] for n in busy if n in touched)]
+        counted = [*fresh, *touched.values()]
         in_flight = sum(1 for r in counted for e in r.entries if e.state in (EntryState.APPLYING, EntryState.APPLIED))
         limit = min((p.max_concurrent for p, _ in plans), default=50)
         slots = max(0, limit - in_flight)
@@ -326,14 +312,14 @@ class Executor:
         started: list[str] = []
         if not start_new:
             return steps, started
-        open_pools = {(r.policy, r.pool) for r in rollouts}
+        busy = {(r.policy, r.pool) for r in rollouts}
         pods = {f"{p.namespace}/{p.name}": p for p in snap.pods}
         ready = {k: v.ready for k, v in self.workloads.items()}
         replicas = {(t.namespace, t.workload_kind, t.workload_name): t.replicas for t in snap.targets}
         for policy, plan in plans:
             pools = {b.pool for b in plan.batches} | {d.pool for d in plan.decisions if d.action == Action.FALLBACK}
             for pool in sorted(pools):
-                if (policy.name, pool) in open_pools or slots <= 0 or pool in plan.frozen_pools:
+                if (policy.name, pool) in busy or slots <= 0 or pool in plan.frozen_pools:
                     continue
                 batches, entries = entries_for(plan.decisions, plan, pool, snap.observations, pods)
                 more_batches, more = fallback_entries(plan.decisions, pool, policy, ready, replicas, len(batches))
