@@ -153,6 +153,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 MIN_PASS_GAP_S = 0.5
 """Passes start at least this far apart, even when a bake end or a pod change calls for the next one sooner."""
+CACHE_SYNC_S = 10.0
+"""At start, how long ``watch`` waits for the caches' first lists before the first pass."""
 
 
 def pause_after_pass(result: Any, started: float, interval_s: float, stop: threading.Event,
@@ -189,6 +191,14 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
     watch_api = client.ApiClient(config)
     reader.start_watching(namespaces, watch_api, on_pod_change=on_pod_change)
     executor.store.start_watching(watch_api)
+    # The first pass reads from the caches once they hold their first list, instead of listing every kind
+    # while the caches list them too. A kind not served here never syncs: after the bound, reads list it.
+    deadline = time.monotonic() + CACHE_SYNC_S
+    informers = [*reader.informers.values(), *([executor.store.informer] if executor.store.informer else [])]
+    waiting = [i for i in informers if not i.wait_synced(max(0.0, deadline - time.monotonic()))]
+    if waiting:
+        log.info("some caches not filled at start; those kinds are listed until they are",
+                 extra={"kinds": sorted({i.name for i in waiting})})
 
     def stop() -> None:
         reader.stop_watching()
