@@ -602,8 +602,9 @@ def _passes(executor: Executor, store: CountingStore, result: ClusterRun, interv
         out = executor.run_pass(t0)
         t1 = time.time()
         result.resized += out.resized
-        phases = {r.name: r.phase.value for r in store.latest.values()}
-        now_verified = {e.key for r in store.latest.values() for e in r.entries if e.state == EntryState.VERIFIED}
+        known = executor.as_known(list(store.latest.values()))  # with the progress it has not written (yet)
+        phases = {r.name: r.phase.value for r in known}
+        now_verified = {e.key for r in known for e in r.entries if e.state == EntryState.VERIFIED}
         verified = len(now_verified)
         result.passes.append(PassRecord(start=t0, end=t1, resized=out.resized, writes=out.writes,
                                         phases=dict(meter.this_pass), phase_of=phases, verified=verified,

@@ -126,11 +126,79 @@ def test_the_pools_are_sent_at_once_and_each_intent_is_saved_first() -> None:
     assert sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"] and out.resized == 2 and out.next_bake_end_s is None
     assert out.awaiting_pods  # both batches wait for the kubelets: a run loop told of pod changes passes then
     assert set(resizer.intent_at_send.values()) == {EntryState.APPLYING}  # journaled before it was sent
-    # Per rollout: intent, outcome (2 saves) and one resize each.
-    assert out.writes == 2 * 2 + 2 and ex.writes == 6
-    final = {r.name: r for r in store.saved}
-    assert {e.state for r in final.values() for e in r.entries} == {EntryState.APPLIED}
+    # Per rollout: the intent (1 save) and one resize. The answers are not written: the journal's Applying
+    # already says "the resize may have been sent", and resuming from it finds the new spec.
+    assert out.writes == 2 + 2 and ex.writes == 4
+    assert {e.state for r in store.saved for e in r.entries} == {EntryState.APPLYING}
     assert sorted(recorder.reasons) == ["BatchStarted", "BatchStarted"]
+    # The next pass goes on from what this executor knows (Applied, with the resize's generation): once the
+    # kubelets have caught up it writes Verified and the bake, one save per rollout.
+    observations = ex.read().observations
+    for key in ("ns/p1-0", "ns/p2-0"):
+        observations[key] = obs(key.split("/")[1], NEW, generation=2, observed=2)
+    out = ex.run_pass(NOW + 1)
+    assert out.writes == 2 and sorted(resizer.calls) == ["ns/p1-0", "ns/p2-0"]  # nothing sent again
+    last = {r.name: r for r in store.saved}
+    assert {e.state for r in last.values() for e in r.entries} == {EntryState.VERIFIED}
+    assert {r.phase for r in last.values()} == {Phase.BAKING}
+    assert [r.resource_version for r in store.saved if r.name == "bench-p1"] == ["2", "3"]
+
+
+def test_after_a_crash_the_unwritten_answers_are_worked_out_again_from_the_pods() -> None:
+    # The first executor sends and dies with the answers in memory only; a new one reads the journal (Applying),
+    # finds the new spec on the pod, and goes on without sending it again.
+    ex, store, resizer, _ = executor([pool_rollout("p1", 1)])
+    ex.run_pass(NOW)
+    assert [e.state for e in store.list()[0].entries] == [EntryState.APPLYING] and resizer.calls == ["ns/p1-0"]
+    observations = ex.read().observations
+    observations["ns/p1-0"] = obs("p1-0", NEW, OLD, generation=2, observed=2)  # resized, not yet actuated
+    fresh = Executor(read=ex.read, planner=ex.planner, store=store, resizer=resizer, recorder=Recorder(),
+                     policy=ex.policy_of)
+    fresh.run_pass(NOW + 1)
+    assert resizer.calls == ["ns/p1-0"] and fresh.writes == 0  # resumed as Applied: derivable, nothing written
+    observations["ns/p1-0"] = obs("p1-0", NEW, generation=2, observed=2)  # the kubelet caught up
+    fresh.run_pass(NOW + 2)
+    [last] = store.list()
+    assert [e.state for e in last.entries] == [EntryState.VERIFIED] and last.phase == Phase.BAKING
+    assert resizer.calls == ["ns/p1-0"] and fresh.writes == 1
+
+
+def test_what_is_known_ahead_of_a_journal_is_dropped_when_another_writer_changes_it() -> None:
+    # After the answers (in memory), someone asks for a rollback (the journal's version moves): the next pass
+    # decides from the journal as written, not from the version built on the old one.
+    ex, store, resizer, _ = executor([pool_rollout("p1", 1)])
+    ex.run_pass(NOW)
+    [intent] = store.list()
+    store.saved.append(replace(intent, phase=Phase.ROLLING_BACK, rollback_all=True, resource_version="9"))
+    ex.read().observations["ns/p1-0"] = obs("p1-0", NEW, generation=2, observed=2)
+    ex.run_pass(NOW + 1)
+    [last] = store.list()
+    assert resizer.calls == ["ns/p1-0", "ns/p1-0"]  # the restore was sent, from the journal's Applying entry
+    assert last.resource_version == "11" and [e.state for e in last.entries] == [EntryState.REVERTED]  # intent, outcome
+
+
+def test_derivable_is_only_answered_resizes_and_pods_seen_verified() -> None:
+    from updater.rollout.executor import derivable
+
+    planned = pool_rollout("p1", 2)
+    batch = replace(planned.batches[0], phase=BatchPhase.APPLYING, started_s=NOW, deadline_s=NOW + 600)
+    intent = replace(planned, batches=(batch,), entries=tuple(
+        replace(e, state=EntryState.APPLYING, applied_s=NOW) for e in planned.entries))
+    answered = replace(intent, batches=(replace(batch, phase=BatchPhase.VERIFYING),), entries=tuple(
+        replace(e, state=EntryState.APPLIED, generation=2) for e in intent.entries))
+    one_verified = replace(answered, entries=(replace(answered.entries[0], state=EntryState.VERIFIED),
+                                              answered.entries[1]))
+    assert derivable(intent, answered) and derivable(answered, one_verified) and derivable(intent, intent)
+    refused = replace(answered, entries=(replace(answered.entries[0], state=EntryState.SKIPPED, message="403"),
+                                         answered.entries[1]))
+    assert not derivable(intent, refused)
+    assert not derivable(planned, intent)  # the intent itself
+    baking = replace(one_verified, phase=Phase.BAKING, batches=(replace(
+        one_verified.batches[0], phase=BatchPhase.BAKING, bake_until_s=NOW + 10),))
+    assert not derivable(answered, baking)  # a phase and a bake's clock
+    assert not derivable(answered, replace(answered, resource_version="7"))
+    assert not derivable(answered, replace(answered, message="frozen"))
+    assert not derivable(answered, replace(answered, batches=(replace(answered.batches[0], deadline_s=NOW),)))
 
 
 def test_the_global_cap_is_divided_up_front_by_rollout_name() -> None:
@@ -141,7 +209,7 @@ def test_the_global_cap_is_divided_up_front_by_rollout_name() -> None:
     assert sorted(k for k in resizer.calls if k.startswith("ns/p1")) == [f"ns/p1-{i}" for i in range(4)]
     assert [k for k in resizer.calls if k.startswith("ns/p2")] == ["ns/p2-0"]
     last = {r.name: r for r in store.saved}
-    assert [e.state for e in last["bench-p2"].entries] == [EntryState.APPLIED] + [EntryState.PLANNED] * 3
+    assert [e.state for e in last["bench-p2"].entries] == [EntryState.APPLYING] + [EntryState.PLANNED] * 3
 
 
 def test_a_conflict_on_one_rollout_sends_nothing_for_it_and_leaves_the_other_pool_alone() -> None:
@@ -171,7 +239,7 @@ def test_a_crash_in_one_pool_is_raised_after_the_other_pools_step_is_recorded() 
     for r in store.saved:
         by_name.setdefault(r.name, []).append(r)
     assert [e.state for e in by_name["bench-p1"][-1].entries] == [EntryState.APPLYING]  # intent only
-    assert [e.state for e in by_name["bench-p2"][-1].entries] == [EntryState.APPLIED]
+    assert [e.state for e in by_name["bench-p2"][-1].entries] == [EntryState.APPLYING]  # intent; answer in memory
     assert by_name["bench-p2"][-1].phase == Phase.PROGRESSING
 
 
@@ -200,7 +268,7 @@ def test_a_bake_that_ends_while_another_pool_is_sending_starts_its_next_batch_in
     out = ex.run_pass(NOW)
     assert resizer.calls == ["ns/p1-0", "ns/p2-1"] and out.resized == 2
     last = {r.name: r for r in store.saved}
-    assert [b.phase for b in last["bench-p2"].batches] == [BatchPhase.DONE, BatchPhase.VERIFYING]
+    assert [b.phase for b in last["bench-p2"].batches] == [BatchPhase.DONE, BatchPhase.APPLYING]  # the intent
     assert last["bench-p2"].batches[1].started_s is not None and last["bench-p2"].batches[1].started_s > NOW + 0.3
     assert sorted(recorder.reasons) == ["BatchStarted", "BatchStarted"]
 

@@ -159,6 +159,31 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
     return batches, entries
 
 
+def derivable(saved: Rollout, new: Rollout) -> bool:
+    """Whether ``new`` is ahead of ``saved`` (its journal) only in progress that resuming from ``saved`` works
+    out again from the pods, so it needs no write of its own: resizes answered (Applying -> Applied, resume
+    finds the new spec) and pods seen Verified without the batch moving on (Applied -> Verified, verification
+    looks again), with the batch Applying -> Verifying once all its entries are answered. Anything else (a
+    refusal, a phase, a bake's clock, a message) is written."""
+    if (saved.name, saved.phase, saved.current_batch, saved.message, saved.rollback_all, saved.resource_version,
+            len(saved.entries), len(saved.batches)) != (new.name, new.phase, new.current_batch, new.message,
+                                                          new.rollback_all, new.resource_version, len(new.entries),
+                                                          len(new.batches)):
+        return False
+    for a, b in zip(saved.batches, new.batches, strict=True):
+        if a != b and ((a.phase, b.phase) != (BatchPhase.APPLYING, BatchPhase.VERIFYING)
+                       or replace(a, phase=b.phase) != b):
+            return False
+    moves = {(EntryState.APPLYING, EntryState.APPLIED), (EntryState.APPLIED, EntryState.VERIFIED)}
+    for x, y in zip(saved.entries, new.entries, strict=True):
+        if x == y:
+            continue
+        if (x.state, y.state) not in moves or replace(x, state=y.state, generation=y.generation,
+                                                      applied_s=y.applied_s, message=y.message) != y:
+            return False
+    return True
+
+
 def _bake_until(r: Rollout) -> float | None:
     """When the bake of the rollout's current batch ends, while the rollout is baking it; None otherwise."""
     if r.phase != Phase.BAKING or r.current_batch >= len(r.batches):
@@ -192,6 +217,10 @@ class Executor:
         self.writes = 0
         self._writes_lock = threading.Lock()
         self.workloads: dict[tuple[str, str, str], machine.WorkloadObservation] = {}
+        self._ahead: dict[str, Rollout] = {}
+        """Rollouts known here to be further on than their journal only in what a crash would work out again
+        (see ``derivable``): not written; used while the journal is still at the version they were built on."""
+        self._ahead_lock = threading.Lock()
 
     def plan(self, now_s: float, rollouts: Sequence[Rollout] | None = None) -> tuple[Any, list[tuple[RolloutPolicy,
                                                                                                       Plan]]]:
@@ -200,6 +229,19 @@ class Executor:
         snap = self.read()
         journals = rollouts if rollouts is not None else self.store.list()
         return snap, self._plans(snap, journals, now_s)
+
+    def as_known(self, journals: Sequence[Rollout]) -> list[Rollout]:
+        """Each journal, or our version of it that is ahead only in derivable progress, when the journal is still
+        at the version ours was built on (any other writer's change wins, and ours is dropped)."""
+        with self._ahead_lock:
+            out, kept = [], {}
+            for r in journals:
+                mine = self._ahead.get(r.name)
+                if mine is not None and mine.resource_version == r.resource_version:
+                    kept[r.name] = mine
+                out.append(kept.get(r.name, r))
+            self._ahead = kept
+            return out
 
     def _plans(self, snap: Any, journals: Sequence[Rollout], now_s: float) -> list[tuple[RolloutPolicy, Plan]]:
         known, reverted = infeasible_uids(journals), reverted_templates(journals)
@@ -219,9 +261,9 @@ class Executor:
         if self.read_fresh is None:
             journals = pool.submit(self.store.list)
             snap = self.read()
-            everything = journals.result()
+            everything = self.as_known(journals.result())
         else:  # the journals first (from their cache): they say whether a bake has ended
-            everything = self.store.list()
+            everything = self.as_known(self.store.list())
             if any((until := _bake_until(r)) is not None and now_s >= until for r in everything):
                 self.fresh_reads += 1
                 snap = self.read_fresh()
@@ -402,9 +444,12 @@ class Executor:
                 self._count(2)
                 self._event(r, machine.Event(namespace="", pod=None, reason="RolloutStarted", message=(
                     f"pool {r.pool}: {len(r.entries)} pods in {len(r.batches)} batches")))
-            elif resizes or r != old:
+            elif resizes or not derivable(old, r):
                 r = self._save(r)  # the intent is durable before anything is done
-            done = 0
+            elif r != old:
+                self._keep_ahead(r)
+                return r, 0
+            done, intent = 0, r
             sent = self._send_resizes([rz for rz in resizes if isinstance(rz, machine.Resize)], obs, sends)
             for rz in resizes:
                 if isinstance(rz, machine.Resize):
@@ -412,8 +457,10 @@ class Executor:
                 else:
                     r, ok = self._fallback(r, rz, now_s)
                 done += ok
-            if resizes:
+            if resizes and not derivable(intent, r):
                 r = self._save(r)
+            elif resizes:
+                self._keep_ahead(r)  # every resize answered: the journal's Applying says as much after a crash
         except Conflict:
             log.info("rollout changed by another writer; re-reading next pass", extra={"rollout": r.name})
             return r, 0
@@ -494,7 +541,14 @@ class Executor:
 
     def _save(self, r: Rollout) -> Rollout:
         self._count(1)
-        return self.store.save(r)
+        saved = self.store.save(r)
+        with self._ahead_lock:
+            self._ahead.pop(r.name, None)
+        return saved
+
+    def _keep_ahead(self, r: Rollout) -> None:
+        with self._ahead_lock:
+            self._ahead[r.name] = r
 
     def _count(self, writes: int) -> None:
         with self._writes_lock:  # rollouts are performed on threads of their own
