@@ -194,7 +194,8 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
     # The first pass reads from the caches once they hold their first list, instead of listing every kind
     # while the caches list them too. A kind not served here never syncs: after the bound, reads list it.
     deadline = time.monotonic() + CACHE_SYNC_S
-    informers = [*reader.informers.values(), *([executor.store.informer] if executor.store.informer else [])]
+    journal = getattr(executor.store, "informer", None)
+    informers = [*reader.informers.values(), *([journal] if journal is not None else [])]
     waiting = [i for i in informers if not i.wait_synced(max(0.0, deadline - time.monotonic()))]
     if waiting:
         log.info("some caches not filled at start; those kinds are listed until they are",

@@ -38,6 +38,7 @@ from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.process import wait_until
 from updater.__main__ import pause_after_pass, watch
+from updater.kube.informer import Informer
 from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader, ServerVersion, Snapshot
 from updater.policy.planner import plan
 from updater.policy.types import (
@@ -245,6 +246,10 @@ class CountingStore:
 
     def start_watching(self, watch_client: client.ApiClient | None = None) -> None:
         self.inner.start_watching(watch_client)
+
+    @property
+    def informer(self) -> Informer | None:
+        return self.inner.informer
 
     def stop_watching(self) -> None:
         self.inner.stop_watching()
