@@ -693,7 +693,7 @@ def _critical_path(run: ClusterRun) -> list[tuple[int, float, float, float, floa
             if not sent or intent is None:
                 continue
             first, last = min(c.start for c in sent), max(c.end for c in sent)
-            outcome = next((w for w in writes.get(r.name, []) if w.start >= last), None)
+            outcome = next((w for w in writes.get(r.name, []) if last <= w.start and w.end <= verified), None)
             saved = outcome.end if outcome is not None else last
             parts.append((intent.end - start, first - intent.end, last - first, saved - last, verified - saved))
         if parts:
@@ -884,8 +884,8 @@ def _run_details(run: ClusterRun, titled: bool) -> list[str]:
     path = _critical_path(run)
     if path:
         lines += ["", "The same batches' start → verified, step by step (averaged over the pools; the intent is "
-                  "saved before the resizes are sent and the outcome after the last is answered; a batch is "
-                  "stepped again only once its outcome is saved):", "",
+                  "saved before the resizes are sent; the answers are not written when a resume would work them out "
+                  "again from the pods, so the outcome column is 0 unless some resize was refused or retried):", "",
                   "| batch | start → intent saved s | → first resize sent s | first → last resize answered s | "
                   "→ outcome saved s | → seen verified s |", "|---|---|---|---|---|---|"]
         lines += [f"| {i + 1} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {e:.2f} |" for i, a, b, c, d, e in path]
