@@ -2,9 +2,11 @@
 
 Owns acting on decisions. Per pass: one snapshot of the cluster; for each open rollout one step of the
 state machine, performed as "journal the intent, resize, journal the outcome", so a crash between any two
-writes is resumed without resizing a pod twice; for each pool without an open rollout, the planner's
-batches become a new ResizeRollout. A Halted rollout blocks its pool until a person sets ``spec.retry``
-(then it is closed as RolledBack and the pool is planned afresh). Concurrency is capped globally.
+writes is resumed without resizing a pod twice (an outcome a resume works out again from the pods, such as
+resizes answered or pods seen verified, waits in memory for the next write: see ``derivable``); for each
+pool without an open rollout, the planner's batches become a new ResizeRollout. A Halted rollout blocks its
+pool until a person sets ``spec.retry`` (then it is closed as RolledBack and the pool is planned afresh).
+Concurrency is capped globally.
 """
 
 from __future__ import annotations
