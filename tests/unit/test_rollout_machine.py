@@ -201,6 +201,27 @@ def test_the_journal_round_trips_through_the_object() -> None:
     assert replace(from_object(obj), resource_version="") == r
 
 
+def test_the_status_leaves_out_default_fields_and_old_full_statuses_still_read() -> None:
+    planned = rollout(entry("a", 0), entry("b", 1), batches=2)
+    status = to_status(planned)
+    [first] = [e for e in status["entries"] if e["pod"] == "a"]
+    assert set(first) == {"namespace", "pod", "uid", "workloadKind", "workloadName", "batch", "before", "after",
+                          "state", "restartsBefore"}  # not at its default ({"app": 0}); generation, message ... are
+    assert "startedSeconds" not in status["batches"][0] and "sidecar" not in first["before"][0]
+    obj = {"metadata": {"name": "r"}, "spec": {"pool": "p1", "policy": "default"}, "status": status}
+    assert replace(from_object(obj), resource_version="") == planned
+    # A status written before (every field present, defaults included) reads the same.
+    full = dict(first, restarting=[], generation=None, appliedSeconds=None, message="",
+                action="resize", attempts=0, notBeforeSeconds=None, readyBefore=0,
+                before=[dict(v, sidecar=False) for v in first["before"]])
+    old = {**obj, "status": {**status, "entries": [full, *[e for e in status["entries"] if e["pod"] != "a"]]}}
+    assert from_object(old).entries == from_object(obj).entries
+    side = replace(planned.entries[0], before=tuple(replace(v, sidecar=True) for v in planned.entries[0].before))
+    with_sidecar = to_status(replace(planned, entries=(side,)))
+    assert with_sidecar["entries"][0]["before"][0]["sidecar"] is True
+    assert from_object({**obj, "status": with_sidecar}).entries == (side,)
+
+
 def test_completion_counts_the_pods_left_unchanged_and_warns() -> None:
     # One pod verified; one whose eviction was refused outright (403: Skipped). "Completed" must say so.
     r = rollout(entry("a", 0, state=EntryState.VERIFIED, applied_s=NOW),

@@ -149,7 +149,12 @@ def _unres(d: Mapping[str, Any]) -> Resources:
 
 
 def _values(v: ContainerValues) -> dict[str, Any]:
-    return {"name": v.name, "requests": _res(v.requests), "limits": _res(v.limits), "sidecar": v.sidecar}
+    out: dict[str, Any] = {"name": v.name, "requests": _res(v.requests)}
+    if _res(v.limits):
+        out["limits"] = _res(v.limits)
+    if v.sidecar:
+        out["sidecar"] = True
+    return out
 
 
 def _unvalues(d: Mapping[str, Any]) -> ContainerValues:
@@ -157,20 +162,37 @@ def _unvalues(d: Mapping[str, Any]) -> ContainerValues:
                            limits=_unres(d.get("limits") or {}), sidecar=bool(d.get("sidecar", False)))
 
 
+def _without_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` without the keys whose value is the one ``from_object`` assumes when the key is absent: a status
+    write is a few hundred bytes per entry instead of about 700 (the object is written whole every time)."""
+    return {k: v for k, v in d.items() if k not in defaults or v != defaults[k]}
+
+
+_ENTRY_DEFAULTS: Mapping[str, Any] = {"restarting": [], "restartsBefore": {}, "generation": None,
+                                      "appliedSeconds": None, "message": "", "action": RESIZE, "attempts": 0,
+                                      "notBeforeSeconds": None, "readyBefore": 0}
+_BATCH_DEFAULTS: Mapping[str, Any] = {"gates": [], "startedSeconds": None, "bakeUntilSeconds": None,
+                                      "deadlineSeconds": None}
+
+
 def to_status(r: Rollout) -> dict[str, Any]:
+    """The status object; fields at the value ``from_object`` assumes when they are absent are left out."""
     return {
         "phase": r.phase.value, "currentBatch": r.current_batch, "message": r.message[:2000],
         "rollbackAll": r.rollback_all,
-        "batches": [{"index": b.index, "step": b.step, "bakeSeconds": b.bake_s, "gates": list(b.gates),
-                     "phase": b.phase.value, "startedSeconds": b.started_s, "bakeUntilSeconds": b.bake_until_s,
-                     "deadlineSeconds": b.deadline_s} for b in r.batches],
-        "entries": [{"namespace": e.namespace, "pod": e.pod, "uid": e.uid, "workloadKind": e.workload_kind,
-                     "workloadName": e.workload_name, "batch": e.batch,
-                     "before": [_values(v) for v in e.before], "after": [_values(v) for v in e.after],
-                     "restarting": sorted(e.restarting), "restartsBefore": dict(e.restarts_before),
-                     "state": e.state.value, "generation": e.generation, "appliedSeconds": e.applied_s,
-                     "message": e.message[:500], "action": e.action, "attempts": e.attempts,
-                     "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before} for e in r.entries],
+        "batches": [_without_defaults({
+            "index": b.index, "step": b.step, "bakeSeconds": b.bake_s, "gates": list(b.gates),
+            "phase": b.phase.value, "startedSeconds": b.started_s, "bakeUntilSeconds": b.bake_until_s,
+            "deadlineSeconds": b.deadline_s}, _BATCH_DEFAULTS) for b in r.batches],
+        "entries": [_without_defaults({
+            "namespace": e.namespace, "pod": e.pod, "uid": e.uid, "workloadKind": e.workload_kind,
+            "workloadName": e.workload_name, "batch": e.batch,
+            "before": [_values(v) for v in e.before], "after": [_values(v) for v in e.after],
+            "restarting": sorted(e.restarting), "restartsBefore": dict(e.restarts_before),
+            "state": e.state.value, "generation": e.generation, "appliedSeconds": e.applied_s,
+            "message": e.message[:500], "action": e.action, "attempts": e.attempts,
+            "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before}, _ENTRY_DEFAULTS)
+            for e in r.entries],
     }
 
 
