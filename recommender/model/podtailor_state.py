@@ -14,6 +14,7 @@ wanted more, not an estimate of the true demand.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,8 +165,8 @@ class PodtailorParams:
                 and 0 < self.cpu_min_request_percentile <= self.cpu_request_percentile <= 1):
             raise ValueError("cpu_over_request_budget must be in [0, 1), cpu_calibration_rate >= 0 and "
                              "0 < cpu_min_request_percentile <= cpu_request_percentile <= 1")
-        if not self.cpu_over_request_cost_cores >= 0:  # also rejects NaN
-            raise ValueError("cpu_over_request_cost_cores must be >= 0")
+        if not 0 <= self.cpu_over_request_cost_cores < math.inf:  # also rejects NaN
+            raise ValueError("cpu_over_request_cost_cores must be finite and >= 0")
         if self.cpu_limit_rule not in CPU_LIMIT_RULES:
             raise ValueError(f"cpu_limit_rule must be one of {CPU_LIMIT_RULES}")
 

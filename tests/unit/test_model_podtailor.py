@@ -409,6 +409,6 @@ def test_cpu_cost_level_share_of_a_histogram() -> None:
 
 
 def test_cpu_cost_parameter_is_checked() -> None:
-    for bad in (-1.0, float("nan")):
+    for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="cpu_over_request_cost_cores"):
             get_strategy("podtailor", cpu_over_request_cost_cores=bad)
