@@ -107,6 +107,28 @@ def percentile_of(scheme: BucketScheme, weights: FloatArray, p: float) -> float 
     return scheme.upper_edge(lo + min(pos, hi - lo))
 
 
+def cost_share_of(scheme: BucketScheme, weights: FloatArray, *, margin_fraction: float,
+                  overrun_cost: float) -> float | None:
+    """The share of the weight at or below the level b that minimises  b x (1 + margin) + overrun_cost x S(b),
+    with b one of the buckets' upper edges (the percentile convention) and S(b) the share of the weight in the
+    buckets above b; None when empty. Ties go to the higher level. A flat distribution puts its weight in few
+    buckets, so dropping its top costs a large share for little saved and b is high; a bursty one has a long
+    thin tail, whose top buckets hold little weight, so b is low. ``overrun_cost`` is in the histogram's unit
+    per unit share (cores per share of the time over the level)."""
+    nonzero = np.flatnonzero(weights >= EPSILON)
+    if nonzero.size == 0:
+        return None
+    lo, hi = int(nonzero[0]), int(nonzero[-1])
+    cum = np.cumsum(weights[lo:hi + 1])
+    share = cum / cum[-1]
+    edges = scheme.starts[lo + 1:hi + 2].copy()
+    if hi == scheme.num_buckets - 1:  # the open-ended last bucket answers its start
+        edges[-1] = scheme.starts[hi]
+    cost = edges * (1.0 + margin_fraction) + overrun_cost * (1.0 - share)
+    best = np.flatnonzero(cost <= cost.min())
+    return float(share[best[-1]])
+
+
 def _sparse(weights: FloatArray) -> dict[str, float]:
     return {str(int(i)): float(weights[i]) for i in np.flatnonzero(weights)}
 
@@ -224,6 +246,11 @@ class DecayingHistogram:
 
     def percentile(self, p: float) -> float | None:
         return self.hist.percentile(p)
+
+    def cost_share(self, *, margin_fraction: float, overrun_cost: float) -> float | None:
+        """``cost_share_of`` over the decayed weights."""
+        return cost_share_of(self.scheme, self.hist.weights, margin_fraction=margin_fraction,
+                             overrun_cost=overrun_cost)
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {"kind": "decaying", "version": CHECKPOINT_VERSION, "scheme": self.scheme.to_dict(),

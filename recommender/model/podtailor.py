@@ -2,10 +2,13 @@
 
 Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (days) per resource is
 min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
-counts in full. CPU: request = max(slow pL, fast pL) x (1 + margin) over throttling-corrected samples
-(rises within hours, falls at the 12h half-life pace), with the percentile L calibrated per container to its
-budget of time over the request (``cpu_over_request_budget``; L starts at and never exceeds p85, so only a
-container that stays under its budget gets a lower one: ``PodtailorState.calibrate``); bounds p50/p95 x
+counts in full. CPU: request = max(slow pL, fast pF) x (1 + margin) over throttling-corrected samples
+(rises within hours, falls at the 12h half-life pace). The slow histogram's level L is priced: the level that
+minimises provisioned cores plus ``cpu_over_request_cost_cores`` x the share of time above it
+(``histogram.cost_share_of``; bursty containers get low percentiles, flat ones high ones), at least
+``cpu_min_request_percentile``. The fast histogram's F is p85 (``cpu_request_percentile``; with
+``cpu_over_request_budget`` > 0 calibrated per container to a budget of time over the request,
+``PodtailorState.calibrate``; with the price at 0 that F is the slow one's too); bounds p50/p95 x
 margin x VPA's confidence multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least
 request x ``cpu_limit_min_ratio``).
 Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the
@@ -68,7 +71,15 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
     def _cpu(self, state: PodtailorState, c: float) -> ResourceEstimate | None:
         prm = self.params
         level = state.cpu_level if prm.cpu_over_request_budget > 0 else prm.cpu_request_percentile
-        request = self._cpu_percentile(state, level)
+        slow_level = level
+        if prm.cpu_over_request_cost_cores > 0:
+            share = state.cpu.cost_share(margin_fraction=prm.cpu_margin_fraction,
+                                         overrun_cost=prm.cpu_over_request_cost_cores)
+            if share is not None:
+                # just below the share, so that the slow histogram's percentile is the chosen bucket itself
+                slow_level = max(share * (1.0 - 1e-9), prm.cpu_min_request_percentile)
+        fast = state.cpu_fast.percentile(level) if prm.cpu_fast_half_life_s > 0 else None
+        request = _max_opt(state.cpu.percentile(slow_level), fast)
         lower = state.cpu.percentile(prm.cpu_lower_percentile)
         upper = state.cpu.percentile(prm.cpu_upper_percentile)
         if request is None or lower is None or upper is None:

@@ -14,6 +14,7 @@ wanted more, not an estimate of the true demand.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,21 +44,34 @@ class PodtailorParams:
     """p85: with the fast histogram's max(slow, fast) the request already rises within hours, so the percentile
     need not also cover bursts. p80 left more CPU minutes over the request than VPA once the dwell time holds
     requests longer (odd-series backtest: p80 39 min/day, p85 about 30, VPA 30); the limit (p99) covers bursts.
-    With ``cpu_over_request_budget`` > 0 this is the start and the ceiling of the calibrated percentile."""
-    cpu_over_request_budget: float = 0.002
-    """Share of its time a container may spend using more CPU than its request (0.2%, about 3 min a day; 0
-    disables). The request percentile is calibrated online per container to spend it (adaptive conformal
-    inference's update, ``adaptive_step``): after each observed period, level += ``cpu_calibration_rate`` x
-    (share of the period's samples above the applied request - budget) x hours, within
-    [``cpu_min_request_percentile``, ``cpu_request_percentile``]. It starts at the ceiling, so only a container
-    that stays under its budget has its percentile lowered (a flat one sheds the slack p85 x margin leaves it);
-    a bursty one keeps p85. Odd-series backtest (RESULTS.md, hand analysis): 0.2% closes 20% of the CPU gap
-    instead of 16% at 28.6 min/day over the request (VPA 29.6); 0.5% closes 23% but at 29.4."""
+    With ``cpu_over_request_cost_cores`` > 0 (the default) it is the fast histogram's percentile only (the slow
+    one's is priced); with ``cpu_over_request_budget`` > 0 it is the start and the ceiling of the calibrated
+    percentile."""
+    cpu_over_request_cost_cores: float = 1.0
+    """Price of CPU time over the request, in cores per unit share of time (0 disables). The slow histogram's
+    percentile is the level b that minimises b x (1 + ``cpu_margin_fraction``) + this x (the decayed share of
+    samples above b) (``histogram.cost_share_of``), at least ``cpu_min_request_percentile``: the CPU analogue of
+    ``memory_oom_cost_gib_hours``. One fleet-wide price spends time over the request where it saves the most
+    cores: a bursty container (a long thin tail) gets a low percentile, a flat one a high one, up to its max.
+    Leaving a share s uncovered must save more than 1 core x s / 1.1, e.g. 1% of the time for 9 millicores.
+    The fast histogram keeps its own percentile (``cpu_request_percentile`` or the calibrated one), so the
+    request still rises within hours when usage grows. Odd-series backtest (RESULTS.md, hand analysis): 1 core
+    closes 52% of the CPU gap with 22.1 min/day over the request (VPA 29.6) and fewer changes than VPA; 0.4
+    to 1.5 cores give 26 to 20 min/day at nearly the same slack."""
+    cpu_over_request_budget: float = 0.0
+    """Share of its time a container may spend using more CPU than its request (0 disables; 0.002 was the
+    default before the cost level, which beat it on every set). The request percentile is calibrated online
+    per container to spend it (adaptive conformal inference's update, ``adaptive_step``): after each observed
+    period, level += ``cpu_calibration_rate`` x (share of the period's samples above the applied request -
+    budget) x hours, within [``cpu_min_request_percentile``, ``cpu_request_percentile``]. It starts at the
+    ceiling, so only a container that stays under its budget has its percentile lowered (a flat one sheds the
+    slack p85 x margin leaves it); a bursty one keeps p85. With the cost level on, the calibrated percentile is
+    the fast histogram's only."""
     cpu_calibration_rate: float = 0.2
     """Step of the calibration: percentile points per hour per unit of over-request share (one hour with every
     sample over the request raises the percentile by up to 0.2; an hour with none lowers it by 0.2 x budget)."""
     cpu_min_request_percentile: float = 0.3
-    """Floor of the calibrated percentile."""
+    """Floor of the cost level's percentile and of the calibrated one."""
     cpu_lower_percentile: float = 0.5
     cpu_upper_percentile: float = 0.95
     cpu_margin_fraction: float = 0.10
@@ -151,6 +165,8 @@ class PodtailorParams:
                 and 0 < self.cpu_min_request_percentile <= self.cpu_request_percentile <= 1):
             raise ValueError("cpu_over_request_budget must be in [0, 1), cpu_calibration_rate >= 0 and "
                              "0 < cpu_min_request_percentile <= cpu_request_percentile <= 1")
+        if not 0 <= self.cpu_over_request_cost_cores < math.inf:  # also rejects NaN
+            raise ValueError("cpu_over_request_cost_cores must be finite and >= 0")
         if self.cpu_limit_rule not in CPU_LIMIT_RULES:
             raise ValueError(f"cpu_limit_rule must be one of {CPU_LIMIT_RULES}")
 

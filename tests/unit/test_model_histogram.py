@@ -17,6 +17,7 @@ from recommender.model.histogram import (
     DecayingHistogram,
     Histogram,
     WindowedHistogram,
+    cost_share_of,
 )
 
 NOW = 1_700_000_000.0
@@ -64,6 +65,26 @@ def test_last_bucket_returns_its_start() -> None:
     hist = Histogram(VPA_CPU_BUCKETS)
     hist.add(np.array([1e6]))
     assert hist.percentile(0.5) == pytest.approx(cpu_edge(175), rel=1e-12)
+
+
+def test_cost_share_worked_numbers() -> None:
+    # Buckets of first width 1 and ratio 2 up to 100: starts 0, 1, 3, 7, 15, 31, 63, 127 (the last, 8th bucket
+    # open-ended, answering its start). 75% of the weight in [0, 1), 25% in [7, 15): upper edges 1 and 15.
+    scheme = BucketScheme(first_bucket_size=1.0, ratio=2.0, max_value=100.0)
+    assert scheme.num_buckets == 8
+    weights = np.zeros(8)
+    weights[0], weights[3] = 75.0, 25.0
+    # Level 1 costs 1 + price x 0.25, level 15 costs 15: price 40 -> 11 < 15, the share at level 1 (0.75).
+    assert cost_share_of(scheme, weights, margin_fraction=0.0, overrun_cost=40.0) == 0.75
+    assert cost_share_of(scheme, weights, margin_fraction=0.0, overrun_cost=80.0) == 1.0  # 21 > 15
+    assert cost_share_of(scheme, weights, margin_fraction=0.0, overrun_cost=56.0) == 1.0  # 15 = 15: ties go up
+    # The margin scales the provisioned term: 1.5 + 0.25 x 80 = 21.5 < 15 x 1.5 = 22.5.
+    assert cost_share_of(scheme, weights, margin_fraction=0.5, overrun_cost=80.0) == 0.75
+    # The open-ended last bucket's level is its start, 127: 1 + 0.25 x 400 = 101 < 127, 1 + 130 > 127.
+    weights[3], weights[7] = 0.0, 25.0
+    assert cost_share_of(scheme, weights, margin_fraction=0.0, overrun_cost=400.0) == 0.75
+    assert cost_share_of(scheme, weights, margin_fraction=0.0, overrun_cost=520.0) == 1.0
+    assert cost_share_of(scheme, np.zeros(8), margin_fraction=0.0, overrun_cost=1.0) is None
 
 
 def test_empty_histogram_has_no_percentile() -> None:

@@ -258,13 +258,19 @@ def test_adaptive_step_worked_numbers() -> None:
     assert adaptive_step(0.31, -0.002, 20.0, (0.3, 0.85)) == 0.3
 
 
+CALIBRATED: dict[str, float] = {"cpu_over_request_budget": 0.002, "cpu_over_request_cost_cores": 0.0}
+"""The calibrated request percentile instead of the cost level (the default before it)."""
+FIXED_P85: dict[str, float] = {"cpu_over_request_budget": 0.0, "cpu_over_request_cost_cores": 0.0}
+"""Neither: both histograms at p85."""
+
+
 def five_minute_cpu(values: list[float], end: float = NOW) -> UsageBatch:
     return UsageBatch(cpu_cores=series(np.array(values), 300.0, end), cpu_interval_s=300.0,
                       memory_peak_bytes=Samples.empty(), memory_interval_s=300.0)
 
 
 def test_calibration_follows_the_share_of_time_over_the_applied_request() -> None:
-    state = get_strategy("podtailor").new_state()
+    state = get_strategy("podtailor", **CALIBRATED).new_state()
     assert isinstance(state, PodtailorState)
     assert state.cpu_level == 0.85  # starts at the ceiling, cpu_request_percentile
     state.cpu_level = 0.7
@@ -284,14 +290,14 @@ def test_calibration_follows_the_share_of_time_over_the_applied_request() -> Non
 
 
 def test_uncalibrated_samples_are_bounded_to_about_a_day() -> None:
-    state = get_strategy("podtailor").new_state()
+    state = get_strategy("podtailor", **CALIBRATED).new_state()
     assert isinstance(state, PodtailorState)
     for hour in range(30):  # 30 one-hour batches and no recommendation in between
         state.add(five_minute_cpu([0.2] * 12, end=NOW + hour * HOUR))
     # The newest day's samples are kept; they stand for all 30 hours in the step's weight.
     assert [a.size for a in state.pending_cpu] == [24 * 12] and state.pending_cpu_s == 30 * HOUR
     # A cold load: 8 days in one batch keep only the last day, in an array of its own (not a view of the batch).
-    cold = get_strategy("podtailor").new_state()
+    cold = get_strategy("podtailor", **CALIBRATED).new_state()
     assert isinstance(cold, PodtailorState)
     cold.add(five_minute_cpu([0.2] * (8 * 24 * 12), end=NOW))
     [kept] = cold.pending_cpu
@@ -317,21 +323,21 @@ def cpu_target(strategy: Strategy, request_m: int) -> int:
 
 def test_a_container_under_its_budget_gets_a_lower_percentile() -> None:
     # Hours alternate 0.2 and 1.0 core for 8 days. Fixed p85: the 1.0 core bucket (upper edge <= 1.021) x 1.1.
-    fixed = cpu_target(get_strategy("podtailor", cpu_over_request_budget=0.0), 2000)
+    fixed = cpu_target(get_strategy("podtailor", **FIXED_P85), 2000)
     assert 1100 <= fixed <= 1124
     # Calibrated, under a 2-core request that no sample exceeded: 192 clean hours at rate 0.2 lower the level by
     # 192 x 0.2 x 0.002 = 0.0768, to 0.7732; half the hours are at 1.0, so p77 is still the 1.0 core bucket.
-    assert cpu_target(get_strategy("podtailor"), 2000) == fixed
+    assert cpu_target(get_strategy("podtailor", **CALIBRATED), 2000) == fixed
     # At rate 10 the same hours lower it by 3.84: clipped at the floor p30, which both histograms put at 0.2
     # core (in the fast 1 h half-life one the 0.2 hours weigh 1/2 + 1/8 + ... = 2/3 of 2), so 0.2 x 1.1 =
     # 220m up to (0.2 x 1.02 + 0.001) x 1.1 = 225.5m.
-    assert 220 <= cpu_target(get_strategy("podtailor", cpu_calibration_rate=10.0), 2000) <= 226
+    assert 220 <= cpu_target(get_strategy("podtailor", **CALIBRATED, cpu_calibration_rate=10.0), 2000) <= 226
     # A container over its budget stays at the ceiling: under a 0.5-core request half the samples are over.
-    assert cpu_target(get_strategy("podtailor", cpu_calibration_rate=10.0), 500) == fixed
+    assert cpu_target(get_strategy("podtailor", **CALIBRATED, cpu_calibration_rate=10.0), 500) == fixed
 
 
 def test_calibrated_level_survives_a_checkpoint() -> None:
-    strategy = get_strategy("podtailor")
+    strategy = get_strategy("podtailor", **CALIBRATED)
     state = strategy.new_state()
     assert isinstance(state, PodtailorState)
     state.add(five_minute_cpu([0.6] * 6 + [0.2] * 6))
@@ -357,3 +363,52 @@ def test_calibration_parameters_are_checked() -> None:
         get_strategy("podtailor", cpu_over_request_budget=1.0)
     with pytest.raises(ValueError, match="cpu_min_request_percentile"):
         get_strategy("podtailor", cpu_min_request_percentile=0.9)
+
+
+def every_fifth_hour(base: float, burst: float, every: int = 5) -> UsageBatch:
+    """8 days of hourly CPU at ``base`` with ``burst`` every ``every`` hours (the last one 4 hours ago)."""
+    cpu = np.where(np.arange(192) % every == 2, burst, base)
+    return UsageBatch(cpu_cores=series(cpu, HOUR), cpu_interval_s=HOUR,
+                      memory_peak_bytes=series(np.full(192, 5e8), HOUR), memory_interval_s=HOUR)
+
+
+def cpu_request_m(batch: UsageBatch, **params: float) -> int:
+    rec = run(get_strategy("podtailor", **params), batch)
+    assert rec.target.cpu_millicores is not None
+    return rec.target.cpu_millicores
+
+
+def test_cpu_cost_level_prices_time_over_the_request() -> None:
+    bursty = every_fifth_hour(0.1, 2.0)  # 20% of the hours at 2 cores: a long thin tail
+    flat = every_fifth_hour(0.5, 0.55, every=10)  # 10% of the hours 10% higher
+    # Both histograms at p85: the bursty container's p85 is the 2-core bucket, (<= 2 x 1.02 + 0.001) x 1.1 =
+    # 2.2 to 2.245 cores; the flat one's is the 0.5 bucket, 0.55 to 0.562.
+    p85 = cpu_request_m(bursty, **FIXED_P85)
+    assert 2200 <= p85 <= 2245
+    assert 550 <= cpu_request_m(flat, **FIXED_P85) <= 562
+    # The default, 1 core per unit share: leaving the bursty tail uncovered costs 1 x 0.18 (its decayed share)
+    # and saves (2.0 - 0.1) x 1.1 cores, so the slow level is the 0.1 bucket, a percentile below p85; the fast
+    # histogram's p85 is there too (its last burst, 4 hours ago, weighs 3%): 110 to 113m.
+    assert 110 <= cpu_request_m(bursty) <= 113
+    # For the flat one, leaving its top 10% uncovered saves only 0.05 x 1.1 cores for 0.1 x 1 = 0.1 core of
+    # risk: the level is its max, the 0.55 bucket (605 to 618m), a percentile above p85.
+    assert 605 <= cpu_request_m(flat) <= 618
+    # A price beyond every saving covers the max; the floor percentile holds under a lower level (p85 here).
+    assert cpu_request_m(bursty, cpu_over_request_cost_cores=1e9) == p85
+    assert cpu_request_m(bursty, cpu_min_request_percentile=0.85) == p85
+
+
+def test_cpu_cost_level_share_of_a_histogram() -> None:
+    state = get_strategy("podtailor").new_state()
+    assert isinstance(state, PodtailorState)
+    state.add(every_fifth_hour(0.1, 2.0))
+    # With a 12 h half-life the bursts, 1 hour in 5 and the last 4 hours ago, hold 17.8% of the weight.
+    share = state.cpu.cost_share(margin_fraction=0.1, overrun_cost=1.0)
+    assert share is not None and share == pytest.approx(0.8224, abs=1e-4)
+    assert state.cpu.cost_share(margin_fraction=0.1, overrun_cost=1e9) == 1.0
+
+
+def test_cpu_cost_parameter_is_checked() -> None:
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="cpu_over_request_cost_cores"):
+            get_strategy("podtailor", cpu_over_request_cost_cores=bad)
