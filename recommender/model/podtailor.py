@@ -77,7 +77,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                                          overrun_cost=prm.cpu_over_request_cost_cores)
             if share is not None:
                 # just below the share, so that the slow histogram's percentile is the chosen bucket itself
-                slow_level = max(share * (1.0 - 1e-9), prm.cpu_min_request_percentile)
+                slow_level = min(max(share * (1.0 - 1e-9), prm.cpu_min_request_percentile),
+                                 prm.cpu_max_request_percentile)
         fast = state.cpu_fast.percentile(level) if prm.cpu_fast_half_life_s > 0 else None
         request = _max_opt(state.cpu.percentile(slow_level), fast)
         lower = state.cpu.percentile(prm.cpu_lower_percentile)

@@ -398,6 +398,19 @@ def test_cpu_cost_level_prices_time_over_the_request() -> None:
     assert cpu_request_m(bursty, cpu_min_request_percentile=0.85) == p85
 
 
+def test_cpu_cost_level_stops_at_its_ceiling_percentile() -> None:
+    # 4% of the hours at 0.52 cores, the rest at 0.5: covering the top saves 0.02 x 1.1 cores for a risk of
+    # about 0.04 core, so the price alone would take the max (the 0.52 bucket: 574m). The ceiling, p95, keeps
+    # the 0.5 bucket (562m), as for a small flat container whose top the price never reaches.
+    rare = every_fifth_hour(0.5, 0.52, every=25)
+    assert cpu_request_m(rare, cpu_max_request_percentile=1.0) == 574
+    assert cpu_request_m(rare) == 562
+    with pytest.raises(ValueError, match="cpu_max_request_percentile"):
+        get_strategy("podtailor", cpu_max_request_percentile=0.2)  # under the floor, p30
+    with pytest.raises(ValueError, match="cpu_max_request_percentile"):
+        get_strategy("podtailor", cpu_max_request_percentile=float("nan"))
+
+
 def test_cpu_cost_level_share_of_a_histogram() -> None:
     state = get_strategy("podtailor").new_state()
     assert isinstance(state, PodtailorState)
