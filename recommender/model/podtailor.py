@@ -5,10 +5,11 @@ min(span of the real samples, samples x their interval), not VPA's samples/1440,
 counts in full. CPU: request = max(slow pL, fast pF) x (1 + margin) over throttling-corrected samples
 (rises within hours, falls at the 12h half-life pace). The slow histogram's level L is priced: the level that
 minimises provisioned cores plus ``cpu_over_request_cost_cores`` x the share of time above it
-(``histogram.cost_share_of``; bursty containers get low percentiles, flat ones high ones), at least
-``cpu_min_request_percentile``. The fast histogram's F is p85 (``cpu_request_percentile``; with
-``cpu_over_request_budget`` > 0 calibrated per container to a budget of time over the request,
-``PodtailorState.calibrate``; with the price at 0 that F is the slow one's too); bounds p50/p95 x
+(``histogram.cost_share_of``; bursty containers get low percentiles, flat ones high ones), between
+``cpu_min_request_percentile`` and ``cpu_max_request_percentile``. The fast histogram's F is p85
+(``cpu_request_percentile``; with ``cpu_over_request_budget`` > 0 calibrated per container to a budget of
+time over the request, ``PodtailorState.calibrate``; with the price at 0 that F is the slow one's too);
+bounds p50/p95 x
 margin x VPA's confidence multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least
 request x ``cpu_limit_min_ratio``).
 Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the

@@ -50,9 +50,10 @@ class PodtailorParams:
     cpu_over_request_cost_cores: float = 1.0
     """Price of CPU time over the request, in cores per unit share of time (0 disables). The slow histogram's
     percentile is the level b that minimises b x (1 + ``cpu_margin_fraction``) + this x (the decayed share of
-    samples above b) (``histogram.cost_share_of``), at least ``cpu_min_request_percentile``: the CPU analogue of
+    samples above b) (``histogram.cost_share_of``), between ``cpu_min_request_percentile`` and
+    ``cpu_max_request_percentile``: the CPU analogue of
     ``memory_oom_cost_gib_hours``. One fleet-wide price spends time over the request where it saves the most
-    cores: a bursty container (a long thin tail) gets a low percentile, a flat one a high one, up to its max.
+    cores: a bursty container (a long thin tail) gets a low percentile, a flat one a high one, up to the cap.
     Leaving a share s uncovered must save more than 1 core x s / 1.1, e.g. 1% of the time for 9 millicores.
     The fast histogram keeps its own percentile (``cpu_request_percentile`` or the calibrated one), so the
     request still rises within hours when usage grows. Odd-series backtest (RESULTS.md, hand analysis): 1 core
