@@ -449,8 +449,7 @@ class Executor:
             elif resizes or not derivable(old, r):
                 r = self._save(r)  # the intent is durable before anything is done
             elif r != old:
-                self._keep_ahead(r)
-                return r, 0
+                self._keep_ahead(r)  # nothing to send, and nothing a resume would not work out again
             done, intent = 0, r
             sent = self._send_resizes([rz for rz in resizes if isinstance(rz, machine.Resize)], obs, sends)
             for rz in resizes:
