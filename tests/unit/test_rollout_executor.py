@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from recommender.kube.errors import TemporaryKubeError
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs
 from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, RolloutPolicy
@@ -161,6 +162,24 @@ def test_after_a_crash_the_unwritten_answers_are_worked_out_again_from_the_pods(
     [last] = store.list()
     assert [e.state for e in last.entries] == [EntryState.VERIFIED] and last.phase == Phase.BAKING
     assert resizer.calls == ["ns/p1-0"] and fresh.writes == 1
+
+
+def test_a_resize_the_api_server_did_not_answer_is_written_with_the_others_outcome() -> None:
+    # One of two resizes meets "not now" (a 5xx, a timeout, the API server down): the step is not a plain set
+    # of answers, so the outcome is written (and fails with the API server, failing the pass, as before).
+    ex, store, resizer, _ = executor([pool_rollout("p1", 2)])
+
+    def flaky(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+        resizer.calls.append(f"{namespace}/{pod}")
+        if pod == "p1-1":
+            raise TemporaryKubeError("resize pod ns/p1-1: connection refused")
+        return 2
+
+    resizer.resize = flaky  # type: ignore[method-assign]
+    out = ex.run_pass(NOW)
+    assert out.writes == 3 and out.resized == 1  # intent, the answered resize, the outcome
+    assert [[e.state for e in r.entries] for r in store.saved] == [
+        [EntryState.APPLYING, EntryState.APPLYING], [EntryState.APPLIED, EntryState.APPLYING]]
 
 
 def test_what_is_known_ahead_of_a_journal_is_dropped_when_another_writer_changes_it() -> None:

@@ -206,14 +206,13 @@ def test_the_status_leaves_out_default_fields_and_old_full_statuses_still_read()
     status = to_status(planned)
     [first] = [e for e in status["entries"] if e["pod"] == "a"]
     assert set(first) == {"namespace", "pod", "uid", "workloadKind", "workloadName", "batch", "before", "after",
-                          "state", "restartsBefore"}  # not at its default ({"app": 0}); generation, message ... are
+                          "state", "action", "restartsBefore"}  # the last not at its default; generation ... are
     assert "startedSeconds" not in status["batches"][0] and "sidecar" not in first["before"][0]
     obj = {"metadata": {"name": "r"}, "spec": {"pool": "p1", "policy": "default"}, "status": status}
     assert replace(from_object(obj), resource_version="") == planned
     # A status written before (every field present, defaults included) reads the same.
-    full = dict(first, restarting=[], generation=None, appliedSeconds=None, message="",
-                action="resize", attempts=0, notBeforeSeconds=None, readyBefore=0,
-                before=[dict(v, sidecar=False) for v in first["before"]])
+    full = dict(first, restarting=[], generation=None, appliedSeconds=None, message="", attempts=0,
+                notBeforeSeconds=None, readyBefore=0, before=[dict(v, sidecar=False) for v in first["before"]])
     old = {**obj, "status": {**status, "entries": [full, *[e for e in status["entries"] if e["pod"] != "a"]]}}
     assert from_object(old).entries == from_object(obj).entries
     side = replace(planned.entries[0], before=tuple(replace(v, sidecar=True) for v in planned.entries[0].before))

@@ -458,8 +458,8 @@ class Executor:
                 else:
                     r, ok = self._fallback(r, rz, now_s)
                 done += ok
-            if resizes and not derivable(intent, r):
-                r = self._save(r)
+            if resizes and (done < len(resizes) or not derivable(intent, r)):
+                r = self._save(r)  # a refusal or a "not now" is written, as is all but plain answers
             elif resizes:
                 self._keep_ahead(r)  # every resize answered: the journal's Applying says as much after a crash
         except Conflict:

@@ -164,12 +164,14 @@ def _unvalues(d: Mapping[str, Any]) -> ContainerValues:
 
 def _without_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """``d`` without the keys whose value is the one ``from_object`` assumes when the key is absent: a status
-    write is a few hundred bytes per entry instead of about 700 (the object is written whole every time)."""
+    write is a few hundred bytes per entry instead of about 700 (the object is written whole every time). What
+    an entry is and where it stands (``action``, ``state``) is always written, for people and scripts that
+    read the status directly."""
     return {k: v for k, v in d.items() if k not in defaults or v != defaults[k]}
 
 
 _ENTRY_DEFAULTS: Mapping[str, Any] = {"restarting": [], "restartsBefore": {}, "generation": None,
-                                      "appliedSeconds": None, "message": "", "action": RESIZE, "attempts": 0,
+                                      "appliedSeconds": None, "message": "", "attempts": 0,
                                       "notBeforeSeconds": None, "readyBefore": 0}
 _BATCH_DEFAULTS: Mapping[str, Any] = {"gates": [], "startedSeconds": None, "bakeUntilSeconds": None,
                                       "deadlineSeconds": None}
