@@ -68,6 +68,12 @@ class AdaptiveRate:
             debt_s = -self.tokens / self.rate if self.tokens < 0 else 0.0
             return max(start, now + debt_s) - now
 
+    def paused_for(self) -> float:
+        """Seconds left of a Retry-After pause (0 when none): a caller that slept for its slot checks this again
+        before sending, since another request's 429 may have paused everyone meanwhile."""
+        with self._lock:
+            return max(0.0, self.paused_until - self.clock())
+
     def observe(self, status: int, retry_after_s: float | None, budget_refusal: bool) -> None:
         """Record a response: an APF 429 pauses everyone for Retry-After and halves the rate."""
         if status != 429 or budget_refusal:
@@ -108,8 +114,9 @@ def install(api: client.ApiClient, limiter: AdaptiveRate, sleep: Callable[[float
 
     def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         wait = limiter.acquire()
-        if wait > 0:
+        while wait > 0:
             sleep(wait)
+            wait = limiter.paused_for()  # a 429 that came while we waited pauses this request too
         resp = inner(method, url, *args, **kwargs)
         status = int(getattr(resp, "status", 0) or 0)
         if status == 429:

@@ -125,9 +125,36 @@ def test_install_paces_and_reads_the_429_kind() -> None:
         assert api.rest_client.request("GET", f"u{i}") is responses[i]  # the caller gets the response unchanged
     assert limiter.throttled == 1 and limiter.rate == 5.0  # only the APF one counted
     api.rest_client.request = lambda *a, **k: FakeResponse(200, {}, b"")  # type: ignore[assignment]
-    install(api, limiter, sleep=slept.append)
+
+    def sleep(seconds: float) -> None:  # time passes while a request waits
+        slept.append(seconds)
+        clock.t += seconds
+
+    install(api, limiter, sleep=sleep)
     api.rest_client.request("GET", "u3")
     assert slept == [pytest.approx(2.0)]  # the next request waited out the APF Retry-After
+
+
+def test_a_429_that_comes_while_a_request_waits_for_its_slot_pauses_it_too() -> None:
+    # The request reserves its slot (1 s of token debt); while it sleeps, another thread's request gets an APF
+    # 429 with Retry-After 2 s. Sending at the end of its own wait would land inside that pause: it waits on.
+    api = client.ApiClient(client.Configuration())
+    api.rest_client.request = lambda *a, **k: FakeResponse(200, {}, b"")
+    clock = Clock()
+    limiter = AdaptiveRate(RateConfig(qps=1, burst=1), clock)
+    limiter.acquire()  # the burst is spent: the next slot is 1 s away
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 1:
+            limiter.observe(429, 2.0, budget_refusal=False)  # another thread's 429, 0 s into our wait
+        clock.t += seconds
+
+    install(api, limiter, sleep=sleep)
+    api.rest_client.request("GET", "u")
+    assert slept == [pytest.approx(1.0), pytest.approx(1.0)]  # its slot, then the rest of the pause
+    assert clock.t == pytest.approx(1002.0)
 
 
 def test_flags_validate_before_anything_is_contacted() -> None:
