@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from kubernetes import client, config
+from rich.console import Console
 
 from recommender.apirate import AdaptiveRate, RateConfig, install
 
@@ -109,3 +110,16 @@ def setup_logging(fmt: str, level: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+PIPED_WIDTH = 200
+"""Table width when the output is not a terminal (rich would fold every column into 80)."""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich console for the CLIs' tables: the terminal's width on a terminal, ``PIPED_WIDTH`` columns and
+    no colour codes when piped to a file or a log, so a redirected table stays readable ($COLUMNS wins)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=PIPED_WIDTH, color_system=None)

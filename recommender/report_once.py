@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from recommender.engine import PassReport
 from recommender.kube.vpa_objects import quantities
 from recommender.model.types import Resources
+from recommender.plumbing import console
 
 
 def _q(res: Resources) -> str:
@@ -39,4 +39,4 @@ def print_pass(report: PassReport, output: str) -> None:
     for (ns, vpa, c), r in sorted(report.recommendations.items()):
         table.add_row(ns, vpa, c, _q(r.target), _q(r.lower_bound), _q(r.upper_bound), f"{r.confidence:.2f}",
                       "; ".join(r.reasons))
-    Console(file=sys.stdout).print(table)
+    console().print(table)

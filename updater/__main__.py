@@ -118,9 +118,9 @@ def _changes(d: Any) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from recommender.plumbing import console as plain_console
     from updater.policy.planner import summary
 
     executor, _, _ = build_executor(args)
@@ -136,7 +136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    console = Console(file=sys.stdout)
+    console = plain_console()
     for policy, p in plans:
         batch_of = {pod: (b.pool, i) for i, b in enumerate(p.batches) for pod in b.pods}
         table = Table(title=f"policy {policy.name}: {len(p.batches)} batches, frozen pools: "

@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from recommender.backtest.replay import ReplayConfig
 from recommender.backtest.report import print_report, write_json, write_png
 from recommender.backtest.runner import (
@@ -35,7 +33,7 @@ from recommender.backtest.runner import (
 from recommender.backtest.trace import TraceColumns, TraceError
 from recommender.cli import add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
-from recommender.plumbing import duration_s
+from recommender.plumbing import console, duration_s
 
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
@@ -193,7 +191,7 @@ def run_backtest(args: argparse.Namespace) -> int:
         print(f"error: no usable series in {where} (a series needs at least two CPU samples)", file=sys.stderr)
         return 2
     if not args.quiet:
-        print_report(result, Console(stderr=args.json is not None and str(args.json) == "-"))
+        print_report(result, console(stderr=args.json is not None and str(args.json) == "-"))
     if args.json is not None:
         if str(args.json) == "-":
             write_json(result, Path("/dev/stdout"))

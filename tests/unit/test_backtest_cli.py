@@ -76,3 +76,17 @@ def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
     assert budget["changes_per_series_day"] <= vpa["changes_per_series_day"] and budget["ooms_per_series_day"] == 0
     assert doc["config"]["warmup_s"] == 86400.0 and doc["speed"]["series_days_per_s"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_piped_to_a_file_keeps_every_figure(trace: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redirected output (not a terminal, no $COLUMNS) is printed wide, not folded into 80 columns with every
+    figure cut to '0.…' as rich does by default."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert run_backtest(parse(str(trace), "--strategies", "vpa,podtailor")) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert "CPU slack cores" in out and "OOM / series-day" in out
+    rows = [line for line in out.splitlines() if line.startswith("│ podtailor ")]
+    assert len(rows) == 3  # all, odd, even
+    assert "\x1b[" not in out  # no colour codes in a file
