@@ -1,4 +1,4 @@
-"""Command-line plumbing both halves share: durations, Kubernetes flags and client, logging setup.
+"""Command-line plumbing both halves share: durations, Kubernetes flags and client, logging setup, the tables' console.
 
 Owns the pieces of the two CLIs that have nothing to do with recommending or updating, so the updater can
 use them without importing the recommender's engine (the import-linter contracts in .importlinter hold
