@@ -30,13 +30,10 @@ import numpy as np
 from recommender.backtest.replay import ReplayConfig, make_grid
 from recommender.backtest.runner import parity
 from recommender.backtest.trace import read_trace
+from recommender.model.common import DAY_S, GIB, MIB, oom_bump
 from recommender.model.peaks import cost_level
+from recommender.model.types import FloatArray
 from tests.benchmarks.bench_backtest import TRACE
-
-GIB = float(1 << 30)
-MIB = float(1 << 20)
-DAY_S = 86400.0
-FloatArray = np.ndarray
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +71,7 @@ class Series:
     mem: FloatArray
     step: np.ndarray
     dt: FloatArray
+    interval_s: float
     day: np.ndarray
     first_scored: int
 
@@ -90,8 +88,8 @@ def load(scale: float) -> list[Series]:
         np.fmax.at(peaks, g.sample_step[ok], mem[ok])
         t0 = g.edges_s[min(g.first_scored_step, g.steps - 1)]
         out.append(Series(s.series_id, parity(s.series_id, i), float(s.memory_provisioned_bytes[0]) * scale, peaks,
-                          mem, g.sample_step, g.durations_s, np.floor((s.timestamps_s - t0) / DAY_S).astype(np.int64),
-                          g.first_scored_step))
+                          mem, g.sample_step, g.durations_s, g.interval_s,
+                          np.floor((s.timestamps_s - t0) / DAY_S).astype(np.int64), g.first_scored_step))
     return out
 
 
@@ -142,9 +140,9 @@ def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
         k = h - 1
         if k >= 0 and counts[k]:
             seen[k] = min(s.peaks[k], limit)
-            seen_s += counts[k] * 300.0
+            seen_s += counts[k] * s.interval_s
             if s.peaks[k] > limit:
-                bump = max(limit + 100 * MIB, limit * 1.2)
+                bump = oom_bump(limit)
                 if rule.bump_to_window_max:
                     bump = max(bump, float(np.nanmax(seen[max(0, h - rule.window_h):h])) * (1.0 + rule.margin))
                 bumps.append((k, bump))

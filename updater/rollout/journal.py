@@ -150,8 +150,8 @@ def _unres(d: Mapping[str, Any]) -> Resources:
 
 def _values(v: ContainerValues) -> dict[str, Any]:
     out: dict[str, Any] = {"name": v.name, "requests": _res(v.requests)}
-    if _res(v.limits):
-        out["limits"] = _res(v.limits)
+    if limits := _res(v.limits):
+        out["limits"] = limits
     if v.sidecar:
         out["sidecar"] = True
     return out
