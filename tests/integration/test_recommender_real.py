@@ -294,8 +294,12 @@ def test_the_run_command_serves_elects_a_leader_and_stops_cleanly(
         eventually("a recommendation written", lambda: vpa_status(api, namespace, "web").get("recommendation"),
                    timeout_s=60)
         lease = client.CoordinationV1Api(api).read_namespaced_lease("podtailor-recommender", namespace)
+        ok_pass = 'podtailor_recommender_passes_total{outcome="ok"}'
+        # The pass counter moves when a pass returns, after the statuses it writes: wait for the first count.
+        eventually("a pass counted", lambda: any(ok_pass in _get(f"http://127.0.0.1:{p}/metrics")[1] for p in ports),
+                   timeout_s=30)
         metrics = [_get(f"http://127.0.0.1:{p}/metrics")[1] for p in ports]
-        passes = [m for m in metrics if 'podtailor_recommender_passes_total{outcome="ok"}' in m]
+        passes = [m for m in metrics if ok_pass in m]
         assert len(passes) == 1, "exactly one replica leads and runs passes"
         assert all(_get(f"http://127.0.0.1:{p}/readyz")[0] == 200 for p in ports)  # leader ready, standby ready
         assert lease.spec.holder_identity
