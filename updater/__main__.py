@@ -90,7 +90,14 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     from updater.policy.planner import plan
     from updater.rollout.executor import Executor
     from updater.rollout.grouping import group_by_policy
-    from updater.rollout.store import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+    from updater.rollout.store import (
+        EventRecorder,
+        Evictor,
+        PodResizer,
+        RolloutStore,
+        ServingGateWriter,
+        TemplatePatcher,
+    )
 
     try:
         api = kube_client(args)
@@ -101,7 +108,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     executor = Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
                         planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
                         policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
-                        metrics=metrics, read_fresh=lambda: reader.read(
+                        metrics=metrics, gates=ServingGateWriter(api), read_fresh=lambda: reader.read(
                             policy_pool_label=args.pool_label, namespaces=namespaces, fresh=FRESH_AT_BAKE_END))
     return executor, api, reader
 

@@ -1,8 +1,10 @@
 """The updater's own metrics, on an injected prometheus_client registry (no pod names as labels).
 
 Label values are bounded: ``outcome`` of a pass is ok|failed; of a resize or a fallback, ok (accepted),
-retry (a temporary refusal: 409, 429 such as a PodDisruptionBudget's, 5xx, no answer; tried again later) or
-refused (permanent: RBAC, validation, no evictor or patcher configured). A fallback's ``mode`` is
+retry (a temporary refusal: 409, 429 such as a PodDisruptionBudget's, 5xx, no answer; tried again later),
+quota (a resize refused by ResourceQuota admission: skipped, never handed to the fallback) or refused
+(permanent: RBAC, validation, no evictor or patcher configured). Pods held back by a quota in the plan are a
+gauge by ``action`` resize|fallback. A fallback's ``mode`` is
 evict|template. Open rollouts are counted by node ``pool`` (bounded by the cluster's pools) and ``state``
 (the rollout's phase).
 """
@@ -27,5 +29,8 @@ class UpdaterMetrics:
                                  "patched) by mode and outcome", ["mode", "outcome"], registry=registry)
         self.open_rollouts = Gauge("podtailor_updater_open_rollouts", "Rollouts not yet completed, by pool and "
                                    "state (phase)", ["pool", "state"], registry=registry)
+        self.quota_held = Gauge("podtailor_updater_quota_held_pods", "Pods whose in-place resize or fallback "
+                                "a ResourceQuota holds back in the last pass's plans (reason quota), by action",
+                                ["action"], registry=registry)
         self.last_success = Gauge("podtailor_updater_last_success_timestamp_seconds",
                                   "Unix time of the last pass that completed", registry=registry)

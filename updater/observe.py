@@ -11,6 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from recommender.model.types import Resources
+from updater.answers import InfeasibleCause
+
+SERVING_GATE = "podtailor.io/serving"
+"""The readiness gate the webhook adds to opted-in pods: the updater sets it False to take the pod out of its
+Services' endpoints before a restarting resize, and True once the restarted containers are ready."""
+DRAIN_ANNOTATION = "podtailor.io/drain-before-restart"
+"""On a pod template, ``"true"``: the webhook adds ``SERVING_GATE`` to its new pods (opt-in)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,12 +48,22 @@ class PodObservation:
     resize_pending: str | None = None
     """PodResizePending reason: Deferred | Infeasible."""
     resize_pending_message: str = ""
+    infeasible_cause: InfeasibleCause | None = None
+    """With PodResizePending Infeasible: why, read from the kubelet's message by the adapter."""
     resize_pending_since_s: float | None = None
     resize_in_progress: bool = False
     resize_error: str | None = None
     """PodResizeInProgress with reason Error: its message."""
     deleting: bool = False
     phase: str = "Running"
+    gated: bool = False
+    """``spec.readinessGates`` has our ``SERVING_GATE``: its traffic can be drained before a restart."""
+    serving: bool | None = None
+    """The ``SERVING_GATE`` condition: True, False, or None when absent."""
+    containers_ready: bool = True
+    """The ContainersReady condition (Ready also needs every readiness gate True)."""
+    endpoint_ready: bool | None = None
+    """Whether an EndpointSlice lists the pod as a ready endpoint; None when no slice lists it."""
 
     @property
     def key(self) -> str:

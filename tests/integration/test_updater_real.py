@@ -42,6 +42,8 @@ class Scenario:
         self.policies: list[str] = []
         self.pools = {}  # type: dict[str, str]
         self.watching: list[ClusterReader | RolloutStore] = []
+        self.tolerations: list[dict[str, str]] = []
+        """Added to every pod template (real kubelets are tainted; see test_updater_kubelets.py)."""
 
     def pool(self, short: str, nodes: int = 2, cpu: int = 8000) -> Any:
         name = f"{self.ns[-6:]}-{short}"
@@ -65,7 +67,7 @@ class Scenario:
             "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
                 "metadata": {"labels": labels, "annotations": pod_annotations},
                 "spec": {"nodeSelector": {POOL_KEY: self.pools[pool]}, "terminationGracePeriodSeconds": 1,
-                         "containers": [container]}}}})
+                         "tolerations": self.tolerations, "containers": [container]}}}})
         eventually(f"{name} pods running", lambda: len(self.running(name)) == replicas, timeout_s=60)
 
     def running(self, app: str) -> list[client.V1Pod]:

@@ -261,9 +261,17 @@ def check_node_conditions(sim: Any, api: client.ApiClient, ns: str, pool: str) -
 
 
 def check_resize_conditions(sim: Any, core: client.CoreV1Api, api: client.ApiClient, ns: str, node: str) -> None:
-    # The kubelet now enforces 1 core but has not said so: the API server admits a 2-core resize and the
-    # kubelet finds it Infeasible.
-    sim.set_allocatable(node, cpu_millicores=1000, memory_bytes=16 * Gi, report=False)
+    # 3 cores of fillers beside solo (two, within the namespace's LimitRanges): the API server admits a 2-core
+    # resize (it fits the node's allocatable), the kubelet defers it (it does not fit beside them). Since
+    # 1.36 that is Deferred, not Infeasible.
+    each = {"cpu": "1500m", "memory": "64Mi"}
+    for name in ("filler-a", "filler-b"):
+        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                        "spec": {"nodeName": node, "containers": [{
+                                            "name": "app", "image": "registry.invalid/app:1",
+                                            "resources": {"requests": each, "limits": each}}]}})
+        eventually(f"{name} running", lambda n=name: core.read_namespaced_pod(n, ns).status.phase == "Running",
+                   timeout_s=20)
     before = time.time()
     core.patch_namespaced_pod_resize("solo", ns, {"spec": {"containers": [
         {"name": "app", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}]}})
@@ -274,10 +282,11 @@ def check_resize_conditions(sim: Any, core: client.CoreV1Api, api: client.ApiCli
         pod = next(p for p in snap.pods if p.name == "solo")
         return (pod, snap.observations[f"{ns}/solo"]) if pod.resize_pending else None
 
-    pod, obs = eventually("Infeasible in the snapshot", solo, timeout_s=20, interval_s=0.2)
-    assert pod.resize_pending == obs.resize_pending == "Infeasible"
+    pod, obs = eventually("Deferred in the snapshot", solo, timeout_s=20, interval_s=0.2)
+    assert pod.resize_pending == obs.resize_pending == "Deferred"
     assert pod.resize_pending_since_s is not None and pod.resize_pending_since_s >= int(before) - 1
-    assert obs.resize_pending_message == "Node didn't have enough capacity: cpu, requested: 2000, capacity: 1000"
+    assert obs.resize_pending_message == (
+        "Node didn't have enough resource: cpu, requested: 2000, used: 3000, capacity: 4000")
     assert (pod.generation, pod.observed_generation) == (2, 2)
     (app,) = pod.containers
     assert app.requests == Resources(cpu_millicores=2000, memory_bytes=64 * Mi)  # the spec moved ...

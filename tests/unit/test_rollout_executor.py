@@ -332,7 +332,7 @@ def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_sam
     assert baking.entries[0].state == EntryState.VERIFIED and baking.batches[0].phase == BatchPhase.BAKING
     assert baking.batches[0].bake_until_s is not None and baking.batches[0].bake_until_s > NOW + 10.0
     assert out.next_bake_end_s == baking.batches[0].bake_until_s  # the run loop's next pass is due then
-    assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified"]
+    assert sorted(recorder.reasons) == ["BatchStarted", "BatchVerified", "ResizeVerified"]
 
 
 def test_a_rollout_whose_save_conflicted_is_not_stepped_again_from_its_unsaved_version() -> None:

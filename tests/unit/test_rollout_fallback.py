@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from recommender.kube.errors import PermanentKubeError, TemporaryKubeError
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
+from updater.answers import Refusal
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Action, ContainerChange, FallbackMode, Plan, PodDecision, Reason, RolloutPolicy
@@ -35,14 +36,15 @@ def test_an_eviction_refused_by_a_budget_backs_off_instead_of_looping() -> None:
     r, effects = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
     assert [type(e).__name__ for e in effects if not isinstance(e, machine.Event)] == ["Evict"]
     r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW,
-                       error="evict pod ns/a: 429 Cannot evict")
+                       error="evict pod ns/a: 429 Cannot evict", refusal=Refusal.NOT_NOW)
     blocked = r.entries[0]
     assert blocked.state == EntryState.BLOCKED and blocked.not_before_s == NOW + 10  # 10 s, doubling
     _, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW + 5)
     assert not [e for e in effects if isinstance(e, machine.Evict)]  # not before the back-off ends
     r2, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW + 10)
     assert [e.key for e in effects if isinstance(e, machine.Evict)] == ["ns/a"]
-    r2 = machine.settle(r2, "ns/a", "evict", ok=False, generation=None, now_s=NOW + 10, error="429")
+    r2 = machine.settle(r2, "ns/a", "evict", ok=False, generation=None, now_s=NOW + 10, error="429",
+                        refusal=Refusal.NOT_NOW)
     assert r2.entries[0].not_before_s == NOW + 10 + 20
 
 
@@ -135,7 +137,7 @@ def test_a_retry_after_longer_than_the_back_off_is_honoured() -> None:
     r, _ = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
     # API Priority and Fairness: 429 with Retry-After 16 s beats the first back-off of 10 s.
     r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW, error="429 Too Many Requests",
-                       retry_after_s=16.0)
+                       retry_after_s=16.0, refusal=Refusal.NOT_NOW)
     assert r.entries[0].state == EntryState.BLOCKED and r.entries[0].not_before_s == NOW + 16
 
 

@@ -96,6 +96,23 @@ def test_done_means_the_kubelet_reports_the_new_values() -> None:
     assert r3.batches[0].phase == BatchPhase.BAKING and r3.batches[0].bake_until_s == NOW + 2 + 60
 
 
+def test_a_verified_pod_gets_an_event_saying_what_changed() -> None:
+    r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))
+    _, effects = machine.advance(r, {"ns/a": obs("a", NEW, NEW, generation=2, observed=2)}, NOW + 2)
+    [event] = [e for e in effects if isinstance(e, machine.Event) and e.pod]
+    # OLD -> NEW changes only the CPU request (500m -> 250m); memory stays 256Mi and is not listed.
+    assert (event.namespace, event.pod, event.reason, event.warning) == ("ns", "a", "ResizeVerified", False)
+    assert event.message == "resized in place (no restart) and verified by r: app: cpu 500m -> 250m"
+    restarted = entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW, restarting=frozenset({"app"}))
+    _, effects = machine.advance(verifying(restarted),
+                                 {"ns/a": obs("a", NEW, NEW, generation=2, observed=2, restarts=1)}, NOW + 2)
+    assert [e.message for e in effects if isinstance(e, machine.Event) and e.pod] == [
+        "resized in place (restarted app) and verified by r: app: cpu 500m -> 250m"]
+    # Still waiting for the kubelet: no Event yet.
+    _, effects = machine.advance(r, {"ns/a": obs("a", NEW, OLD, generation=2, observed=2)}, NOW + 1)
+    assert not [e for e in effects if isinstance(e, machine.Event) and e.pod]
+
+
 def test_an_oom_kill_while_baking_restores_the_batch_and_halts_the_pool() -> None:
     r = verifying(entry("a", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW),
                   entry("b", 0, state=EntryState.APPLIED, generation=2, applied_s=NOW))

@@ -31,8 +31,13 @@ def test_a_pod_change_while_verifying_ends_the_wait_but_not_before_the_minimum_g
 
 
 def test_without_a_batch_to_verify_a_pod_change_does_not_wake_the_loop() -> None:
-    baking = PassResult(awaiting_pods=False, next_bake_end_s=time.time() + 0.8)
-    # The bake ends at 0.8 s: the pass is due 0.05 s after it; the change at 0.1 s is ignored.
-    assert 0.85 <= waited(baking, 10.0, 0.1) < 2.0
+    bake_end = time.time() + 0.8
+    baking = PassResult(awaiting_pods=False, next_bake_end_s=bake_end)
+    # The bake ends 0.8 s from now: the pass is due 0.05 s after it, by the wall clock the bake is set in;
+    # the change at 0.1 s is ignored. (Measured from waited()'s own start, which comes a little after
+    # bake_end is set, the wait is that little less than 0.85 s.) 1 ms: the wall and monotonic clocks are
+    # read microseconds apart.
+    took = waited(baking, 10.0, 0.1)
+    assert time.time() >= bake_end + 0.05 - 0.001 and took < 2.0
     idle = PassResult()
     assert 0.6 <= waited(idle, 0.6, 0.1) < 1.6

@@ -5,7 +5,9 @@ Owns reading a pod's containers and native sidecars (restartable init containers
 requests and limits, resize policy, restart count and the resources the kubelet reports as actuated
 (``status.containerStatuses[].resources``); the QoS class (``status.qosClass``, else computed as the
 API server does); readiness; the resize conditions (PodResizePending reason and since when,
-PodResizeInProgress and its Error message); pod-level ``spec.resources``; and deletion. The pool and the
+PodResizeInProgress and its Error message, and the cause of an Infeasible one); pod-level ``spec.resources``;
+deletion; whether it is a mirror (static) pod; and what ResourceQuota scopes match on (priority class,
+activeDeadlineSeconds, cross-namespace affinity). The pool and the
 top-level workload are looked up through functions the reader passes in, so this module stays pure.
 """
 
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from recommender.model.types import Resources
+from updater.answers import infeasible_cause
 from updater.kube.fields import (
     MalformedObject,
     Obj,
@@ -27,9 +30,10 @@ from updater.kube.fields import (
     string_map,
     timestamp_s,
 )
-from updater.observe import ContainerObservation, PodObservation
+from updater.observe import SERVING_GATE, ContainerObservation, PodObservation
 from updater.policy.types import ContainerView, PodView, QoS
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 OwnerOf = Callable[[str, str, list[Obj], Mapping[str, str]], tuple[str, str]]
 """(namespace, pod name, ownerReferences, labels) -> (workload kind, workload name)."""
 
@@ -70,6 +74,26 @@ def _container(c: Obj, sidecar: bool, st: Obj | None, where: str) -> tuple[Conta
                                last_termination_s=optional_timestamp_s(terminated.get("finishedAt"), where),
                                ready=bool((st or {}).get("ready", False)))
     return view, obs
+
+
+def gated(spec: Mapping[str, Any]) -> bool:
+    """``spec.readinessGates`` has the updater's serving gate."""
+    return any(g.get("conditionType") == SERVING_GATE for g in spec.get("readinessGates") or ())
+
+
+def cross_namespace_affinity(spec: Mapping[str, Any]) -> bool:
+    """Some pod affinity or anti-affinity term (required or preferred) names namespaces or has a namespace
+    selector: ResourceQuota's CrossNamespacePodAffinity scope (``usesCrossNamespacePodAffinity``,
+    ``pkg/quota/v1/evaluator/core/pods.go``, v1.37.2)."""
+    affinity = spec.get("affinity") or {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        terms = affinity.get(kind) or {}
+        required = list(terms.get("requiredDuringSchedulingIgnoredDuringExecution") or ())
+        weighted = terms.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+        preferred = [t.get("podAffinityTerm") or {} for t in weighted]
+        if any(t.get("namespaces") or t.get("namespaceSelector") is not None for t in required + preferred):
+            return True
+    return False
 
 
 def _guaranteed(requests: Resources, limits: Resources) -> bool:
@@ -131,19 +155,30 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
         "deleting": meta.get("deletionTimestamp") is not None,
     }
     pending = condition(status, "PodResizePending")
+    pending_message = str((pending or {}).get("message") or "")
+    gate = condition(status, SERVING_GATE)
     observation = PodObservation(**common, containers={v.name: o for v, o in pairs},
-                                 resize_pending_message=str((pending or {}).get("message") or ""),
+                                 resize_pending_message=pending_message, gated=gated(spec),
+                                 serving=None if gate is None else gate.get("status") == "True",
+                                 containers_ready=condition_true(status, "ContainersReady"),
+                                 infeasible_cause=infeasible_cause(pending_message)
+                                 if resize["resize_pending"] == "Infeasible" else None,
                                  phase=str(status.get("phase", "")), **resize)
     if status.get("phase") != "Running" or not common["node"]:
         return None, observation
     kind, workload = owner_of(ns, name, list(meta.get("ownerReferences") or ()), meta.get("labels") or {})
     progress = condition(status, "PodResizeInProgress")
+    annotations = string_map(meta.get("annotations"), f"{where}.annotations")
     view = PodView(
         **common, **resize, pool=pool_of_node.get(common["node"], ""), workload_kind=kind, workload_name=workload,
+        static=MIRROR_ANNOTATION in annotations, gated=gated(spec),
+        priority_class=str(spec.get("priorityClassName") or ""),
+        terminating=integer(spec.get("activeDeadlineSeconds"), f"{where}.activeDeadlineSeconds", -1) >= 0,
+        cross_namespace_affinity=cross_namespace_affinity(spec),
         priority=integer(spec.get("priority"), f"{where}.priority"), qos=_qos(status, spec, where),
         created_s=timestamp_s(meta.get("creationTimestamp"), f"{where}.creationTimestamp"),
         restart_policy=str(spec.get("restartPolicy") or "Always"), containers=tuple(v for v, _ in pairs),
-        annotations=string_map(meta.get("annotations"), f"{where}.annotations"),
+        annotations=annotations,
         labels=string_map(meta.get("labels"), f"{where}.labels"),
         pod_level=optional_resources((spec.get("resources") or {}).get("requests"), f"{where}.spec.resources"),
         resize_in_progress_since_s=optional_timestamp_s((progress or {}).get("lastTransitionTime"),

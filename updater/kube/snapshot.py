@@ -1,15 +1,17 @@
 """One consistent-enough read of the cluster for a planning pass: ``ClusterReader.read()`` -> ``Snapshot``.
 
-Owns listing everything the planner and the rollout need, once per kind (cluster-wide, or once per
-namespace when namespaces are given), as raw JSON (or, for ``run``, reading it from watch-fed caches while
-they are current: ``start_watching`` and ``informer.py``), and converting it into the core's values: pods
-(bound, not Pending, not Succeeded) with their top-level workload and pool, pod observations, VPA
-targets with replicas, HPAs, merged LimitRanges, nodes, parsed ResizePolicies, restart approvals, and
-what the API server supports. Support is judged from ``/version`` alone: the ``pods/resize``
-subresource exists from 1.32; pod-level in-place resize (KEP-5419) is beta and on by default from 1.36
-(alpha and off in 1.35, so 1.35 counts as unsupported; a feature gate turned off on a 1.36+ cluster is
-not seen here and shows up as a rejected resize). An object with a malformed field is skipped with a
-warning and counted in ``Snapshot.skipped``; an API failure raises a ``KubeError`` (``errors.py``).
+Owns listing everything the planner and the rollout need, once per kind (cluster-wide, or once per namespace
+when namespaces are given), as raw JSON (or, for ``run``, reading it from watch-fed caches while they are
+current: ``start_watching`` and ``informer.py``), and converting it into the core's values: pods (bound, not
+Pending, not Succeeded) with their top-level workload and pool, pod observations, VPA targets with replicas,
+HPAs, merged LimitRanges, ResourceQuotas (hard and used), nodes, parsed ResizePolicies, restart approvals, and
+what the API server supports (``updater.answers.features_for``). Support is judged from ``/version`` alone:
+the ``pods/resize`` subresource exists from 1.32; pod-level in-place resize (KEP-5419) is beta and on by
+default from 1.36 (alpha and off in 1.35, so 1.35 counts as unsupported; a feature gate turned off on a 1.36+
+cluster is not seen here and shows up as a rejected resize); the API server refuses a target above the node's
+allocatable with a 403 from 1.36, where up to 1.35 the kubelet answered Infeasible. An object with a malformed
+field is skipped with a warning and counted in ``Snapshot.skipped``; an API failure raises a ``KubeError``
+(``errors.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from kubernetes import client
 
 from recommender.kube.errors import classify
+from updater.answers import ServerFeatures, features_for
 from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, SnapshotError, list_raw
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
@@ -43,9 +46,18 @@ from updater.kube.policy_crd import GROUP as POLICY_GROUP
 from updater.kube.policy_crd import PLURAL as POLICY_PLURAL
 from updater.kube.policy_crd import VERSION as POLICY_VERSION
 from updater.kube.policy_crd import PolicyError, parse_policy, select_policy
+from updater.kube.quotas import convert_quota
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
 from updater.observe import PodObservation
-from updater.policy.types import HpaView, LimitRangeView, NodeView, PodView, RolloutPolicy, WorkloadTarget
+from updater.policy.types import (
+    HpaView,
+    LimitRangeView,
+    NodeView,
+    PodView,
+    QuotaView,
+    RolloutPolicy,
+    WorkloadTarget,
+)
 
 log = logging.getLogger("podtailor.updater.kube")
 T = TypeVar("T")
@@ -92,6 +104,10 @@ class Snapshot:
     server_version: ServerVersion
     pod_level_resize_supported: bool
     resize_subresource_supported: bool
+    quotas: tuple[QuotaView, ...] = ()
+    """The ResourceQuotas with compute limits (cpu, memory, requests.*, limits.*)."""
+    features: ServerFeatures | None = None
+    """What the server's version answers to a resize (``updater.answers.features_for``)."""
     skipped: Mapping[str, int] = field(default_factory=dict)
     """Objects left out because a field could not be read, per kind (each one logged as a warning)."""
 
@@ -127,6 +143,7 @@ class ClusterReader:
         core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
         batch, custom = client.BatchV1Api(api_client), client.CustomObjectsApi(api_client)
         hpa = client.AutoscalingV2Api(api_client)
+        discovery = client.DiscoveryV1Api(api_client)
         self.version_api: Any = client.VersionApi(api_client)  # raw JSON calls: typed as Any
 
         def custom_list(group: str, version: str, plural: str) -> Callable[..., Any]:
@@ -156,6 +173,10 @@ class ClusterReader:
             "Job": kind("batch", "jobs", batch.list_namespaced_job, batch.list_job_for_all_namespaces),
             "CronJob": kind("batch", "cronjobs", batch.list_namespaced_cron_job,
                             batch.list_cron_job_for_all_namespaces),
+            "ResourceQuota": kind("", "resourcequotas", core.list_namespaced_resource_quota,
+                                  core.list_resource_quota_for_all_namespaces),
+            "EndpointSlice": kind("discovery.k8s.io", "endpointslices", discovery.list_namespaced_endpoint_slice,
+                                  discovery.list_endpoint_slice_for_all_namespaces),
             "HorizontalPodAutoscaler": kind("autoscaling", "horizontalpodautoscalers",
                                             hpa.list_namespaced_horizontal_pod_autoscaler,
                                             hpa.list_horizontal_pod_autoscaler_for_all_namespaces),
@@ -258,6 +279,18 @@ def _policies(objs: Sequence[Obj]) -> tuple[tuple[RolloutPolicy, ...], tuple[str
     return tuple(sorted(policies, key=lambda p: p.name)), tuple(errors)
 
 
+def endpoint_readiness(slices: Sequence[Obj]) -> dict[str, bool]:
+    """Pod uid -> whether some EndpointSlice lists it as a ready endpoint (the EndpointSlice controller keeps a
+    pod that is not Ready in its slices with ``conditions.ready`` false)."""
+    out: dict[str, bool] = {}
+    for s in slices:
+        for e in s.get("endpoints") or ():
+            uid = str((e.get("targetRef") or {}).get("uid") or "")
+            if uid:
+                out[uid] = out.get(uid, False) or (e.get("conditions") or {}).get("ready") is not False
+    return out
+
+
 def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
                    policy_pool_label: str | None = None) -> Snapshot:
     """The conversion half of ``read`` (pure apart from warnings): raw items per kind -> Snapshot."""
@@ -279,15 +312,21 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
         replicas = index.replicas_of(key)
         return convert_vpa(obj, counts.get(key, 0) if replicas is None else replicas)
 
+    ready_endpoints = endpoint_readiness(raw.get("EndpointSlice", ()))
+    observations = {obs.key: replace(obs, endpoint_ready=ready_endpoints[obs.uid]) if obs.uid in ready_endpoints
+                    else obs for _, obs in converted}
     policies, policy_errors = _policies(raw.get("ResizePolicy", ()))
+    features = features_for(version.major, version.minor)
+    quotas = tuple(q for q in _convert_all("ResourceQuota", raw.get("ResourceQuota", ()), convert_quota, skipped)
+                   if q.hard)
     return Snapshot(
-        pods=pods, observations={obs.key: obs for _, obs in converted},
+        pods=pods, observations=observations,
         targets=tuple(_convert_all("VerticalPodAutoscaler", raw.get("VerticalPodAutoscaler", ()), target, skipped)),
         hpas=tuple(_convert_all("HorizontalPodAutoscaler", raw.get("HorizontalPodAutoscaler", ()), convert_hpa,
                                 skipped)),
         limit_ranges=merge_by_namespace(_convert_all("LimitRange", raw.get("LimitRange", ()), container_limits,
                                                      skipped)),
         nodes=tuple(nodes), policies=policies, policy_errors=policy_errors, approvals=frozenset(index.approvals),
-        server_version=version, resize_subresource_supported=(version.major, version.minor) >= (1, 32),
-        pod_level_resize_supported=(version.major, version.minor) >= (1, 36), skipped=skipped,
+        server_version=version, resize_subresource_supported=features.resize_subresource,
+        pod_level_resize_supported=features.pod_level_resize, skipped=skipped, quotas=quotas, features=features,
     )

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from recommender.model.types import Resources
+from updater.answers import ServerFeatures, above_allocatable_answer
 from updater.policy import changes as ch
 from updater.policy.types import (
     Action,
@@ -55,6 +56,8 @@ class Context:
     approvals: frozenset[WorkloadKey]
     pod_level_resize_supported: bool
     restart_window_open: bool
+    features: ServerFeatures
+    """What the server's version answers (how a target above the node's allocatable is refused)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +148,9 @@ def _in_flight(pod: PodView, target: WorkloadTarget, ctx: Context) -> Verdict | 
 def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Verdict | None:
     if pod.deleting:
         return _skip(Reason.DELETING, "pod is being deleted")
+    if pod.static:
+        return _skip(Reason.STATIC_POD, "static (mirror) pod: the API server refuses its resize and its kubelet "
+                                        "recreates it from the manifest; left alone")
     if target is None:
         return _skip(Reason.NO_TARGET, f"no recommendation for {pod.workload_kind}/{pod.workload_name}")
     if target.update_mode not in ACTED_MODES:
@@ -248,7 +254,7 @@ def _feasibility(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: P
         return _skip(Reason.POD_LEVEL_UNSUPPORTED, "pod-level resources cannot be resized on this cluster")
     why = _above_node(ctx.nodes[pod.node], proposal)
     if why is not None:
-        return fallback(pod, target, ctx, Reason.ABOVE_NODE, why)
+        return fallback(pod, target, ctx, Reason.ABOVE_NODE, f"{why}: {above_allocatable_answer(ctx.features)}")
     restarting = [c.name for c in proposal.active if c.restarts]
     if restarting and pod.restart_policy == "Never":
         return fallback(pod, target, ctx, Reason.NEVER_RESTART,
@@ -264,7 +270,8 @@ def _restart_gates(pod: PodView, ctx: Context, restarting: list[str]) -> Verdict
         return _skip(Reason.AWAITING_APPROVAL,
                      f"restarting change ({names}) needs podtailor.io/approve-restart=true on "
                      f"{pod.workload_kind}/{pod.workload_name}")
-    return Verdict(action=Action.RESIZE_RESTART, reason=Reason.CHANGE, message=f"resize restarts {names}")
+    drain = "drained first" if pod.gated else "restart without drain"
+    return Verdict(action=Action.RESIZE_RESTART, reason=Reason.CHANGE, message=f"resize restarts {names} ({drain})")
 
 
 def judge(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal) -> Verdict:

@@ -1,11 +1,12 @@
 """The planner: snapshot values in, a ``Plan`` out (decide every pod, then batch the actionable ones).
 
-Owns ``plan()``, the pure entry point of the updater's core, and ``summary()`` for the ``plan`` command.
-It indexes the inputs once (targets and HPAs by workload, LimitRanges by namespace, merged tightest-wins when
-a namespace has several; nodes by name), computes the frozen pools and whether a maintenance window is open,
-decides each pod (``decide.py``) and batches the RESIZE_ONLINE and RESIZE_RESTART pods per pool
-(``batching.py``). FALLBACK pods are in the decisions but in no batch: the executor's fallback path takes
-them. Nothing here acts, logs or reads the clock.
+Owns ``plan()``, the pure entry point of the updater's core, and ``summary()`` for the ``plan`` command. It
+indexes the inputs once (targets and HPAs by workload, LimitRanges by namespace, merged tightest-wins when a
+namespace has several; nodes by name), computes the frozen pools and whether a maintenance window is open,
+decides each pod (``decide.py``), turns what a ResourceQuota would refuse into skips (``quota.py``) and
+batches the RESIZE_ONLINE and RESIZE_RESTART pods per pool (``batching.py``). FALLBACK pods are in the
+decisions but in no batch: the executor's fallback path takes them. Nothing here acts, logs or reads the
+clock.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from updater.answers import ServerFeatures, features_for
 from updater.policy import changes as ch
 from updater.policy.batching import Candidate, build_batches, frozen_pools
 from updater.policy.decide import Context, WorkloadKey, decide, workload_key
+from updater.policy.quota import apply_quotas
 from updater.policy.types import (
     Action,
     HpaView,
@@ -25,6 +28,7 @@ from updater.policy.types import (
     NodeView,
     Plan,
     PodView,
+    QuotaView,
     RolloutPolicy,
     WorkloadTarget,
 )
@@ -75,9 +79,12 @@ def _index_hpas(hpas: Iterable[HpaView]) -> dict[WorkloadKey, frozenset[str]]:
 
 def plan(*, pods: Iterable[PodView], targets: Iterable[WorkloadTarget], hpas: Iterable[HpaView],
          limit_ranges: Iterable[LimitRangeView], nodes: Iterable[NodeView], policy: RolloutPolicy, now_s: float,
-         approvals: frozenset[WorkloadKey] = frozenset(), pod_level_resize_supported: bool = True) -> Plan:
-    """Decide every pod and batch the resizes. ``approvals`` holds (namespace, workload kind, workload name)
-    of workloads whose restarting changes are approved; ``now_s`` is UTC epoch seconds."""
+         approvals: frozenset[WorkloadKey] = frozenset(), pod_level_resize_supported: bool = True,
+         quotas: Iterable[QuotaView] = (), features: ServerFeatures | None = None) -> Plan:
+    """Decide every pod, hold what the namespaces' ResourceQuotas would refuse (``quota.py``) and batch the
+    resizes. ``approvals`` holds (namespace, workload kind, workload name) of workloads whose restarting
+    changes are approved; ``features``: what the server's version answers (None: the newest); ``now_s`` is UTC
+    epoch seconds."""
     node_list = list(nodes)
     frozen = frozen_pools(node_list, policy.unhealthy_pool_fraction)
     ctx = Context(
@@ -85,20 +92,20 @@ def plan(*, pods: Iterable[PodView], targets: Iterable[WorkloadTarget], hpas: It
         targets={(t.namespace, t.workload_kind, t.workload_name): t for t in targets},
         hpa_resources=_index_hpas(hpas), limit_ranges=_index_limit_ranges(limit_ranges),
         nodes={n.name: n for n in node_list}, frozen=frozen, approvals=approvals,
-        pod_level_resize_supported=pod_level_resize_supported,
+        pod_level_resize_supported=pod_level_resize_supported, features=features or features_for(1, 37),
         restart_window_open=restart_allowed_now(policy.maintenance_windows, now_s))
-    decisions = []
+    by_key = {f"{p.namespace}/{p.name}": p for p in pods}
+    decisions = apply_quotas([decide(pod, ctx)[0] for pod in by_key.values()], by_key, quotas)
     candidates = []
-    for pod in pods:
-        decision, _ = decide(pod, ctx)
-        decisions.append(decision)
+    for decision in decisions:
         if decision.action in ACTIONABLE:
+            pod = by_key[decision.key]
             target = ctx.targets[workload_key(pod)]
             candidates.append(Candidate(
                 key=decision.key, pool=pod.pool, workload=workload_key(pod), replicas=target.replicas,
                 restarts=decision.action == Action.RESIZE_RESTART, priority=pod.priority, qos=pod.qos,
                 created_s=pod.created_s))
-    return Plan(decisions=tuple(decisions), batches=build_batches(candidates, policy), frozen_pools=frozen)
+    return Plan(decisions=decisions, batches=build_batches(candidates, policy), frozen_pools=frozen)
 
 
 def _counts(values: Iterable[str]) -> dict[str, int]:

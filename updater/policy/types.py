@@ -81,6 +81,16 @@ class PodView:
     """When the PodResizeInProgress condition appeared (its lastTransitionTime), None when unknown or absent."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Pod labels (the pod template's); the policy's workload_selector is matched against them."""
+    gated: bool = False
+    """Has the updater's serving readiness gate: a restarting resize drains its traffic first."""
+    static: bool = False
+    """A mirror pod (annotation ``kubernetes.io/config.mirror``): the API server refuses its resize."""
+    priority_class: str = ""
+    """``spec.priorityClassName`` (ResourceQuota's PriorityClass scope matches on it)."""
+    terminating: bool = False
+    """``spec.activeDeadlineSeconds`` >= 0 (ResourceQuota's Terminating scope)."""
+    cross_namespace_affinity: bool = False
+    """Some pod (anti-)affinity term names other namespaces (ResourceQuota's CrossNamespacePodAffinity scope)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,6 +141,29 @@ class LimitRangeView:
     max: Resources = field(default_factory=Resources)
     max_limit_request_ratio_cpu: float | None = None
     max_limit_request_ratio_memory: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScopeRequirement:
+    """One of a ResourceQuota's scopes: ``spec.scopes`` entries have operator Exists and no values;
+    ``spec.scopeSelector.matchExpressions`` have In, NotIn, Exists or DoesNotExist."""
+
+    scope: str
+    """Terminating | NotTerminating | BestEffort | NotBestEffort | PriorityClass | CrossNamespacePodAffinity."""
+    operator: str = "Exists"
+    values: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaView:
+    """One ResourceQuota's compute limits: hard and ``status.used``, CPU in millicores, memory in bytes, keyed
+    by the quota's own names (cpu, requests.cpu, limits.cpu, memory, requests.memory, limits.memory)."""
+
+    namespace: str
+    name: str
+    hard: Mapping[str, int]
+    used: Mapping[str, int]
+    scopes: tuple[ScopeRequirement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,6 +270,8 @@ class Reason(enum.StrEnum):
     IN_PROGRESS_TIMEOUT = "in-progress-timeout"
     POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"
     NODE_UNKNOWN = "node-unknown"
+    QUOTA = "quota"
+    STATIC_POD = "static-pod"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,6 +304,8 @@ class PodDecision:
     """Pod-level requests before the change (None when the pod does not use pod-level resources)."""
     new_pod_level: Resources | None = None
     """Pod-level requests to write with the resize (None: leave ``spec.resources`` alone)."""
+    held: Action | None = None
+    """With reason QUOTA: the action a ResourceQuota held back (RESIZE_* or FALLBACK)."""
 
     @property
     def key(self) -> str:

@@ -21,9 +21,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from recommender.kube.errors import KubeError, TemporaryKubeError
+from updater.answers import Refusal
+from updater.kube.errors import refusal_of
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
-from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
+from updater.policy.quota import HELD_ANNOTATION
+from updater.policy.types import Action, Plan, PodDecision, PodView, Reason, RolloutPolicy
 from updater.rollout import machine
 from updater.rollout.fallback import (
     fallback_entries,
@@ -98,6 +101,10 @@ class Templates(Protocol):
     def patch(self, namespace: str, kind: str, name: str, values: Sequence[ContainerValues]) -> None: ...
 
 
+class ServingGates(Protocol):
+    def set_serving(self, namespace: str, pod: str, uid: str, serving: bool) -> None: ...
+
+
 class Recorder(Protocol):
     def record(self, *, namespace: str, kind: str, name: str, uid: str, reason: str, message: str,
                warning: bool = False) -> None: ...
@@ -157,7 +164,8 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
                                              sidecar=c.name in sidecars) for c in d.changes),
                 after=tuple(ContainerValues(name=c.name, requests=c.new_requests, limits=c.new_limits,
                                             sidecar=c.name in sidecars) for c in d.changes),
-                restarting=frozenset(c.name for c in d.changes if c.restarts), restarts_before=restarts))
+                restarting=frozenset(c.name for c in d.changes if c.restarts), restarts_before=restarts,
+                drain=any(c.restarts for c in d.changes) and key in pods and pods[key].gated))
     return batches, entries
 
 
@@ -199,14 +207,15 @@ class Executor:
                  recorder: Recorder, policy: Callable[[Any], list[tuple[RolloutPolicy, Sequence[PodView]]]],
                  timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
                  templates: Templates | None = None, metrics: UpdaterMetrics | None = None, parallelism: int = 8,
-                 verify_poll_s: float = 1.0, read_fresh: Callable[[], Any] | None = None) -> None:
+                 verify_poll_s: float = 1.0, read_fresh: Callable[[], Any] | None = None,
+                 gates: ServingGates | None = None) -> None:
         self.read, self.planner, self.store, self.resizer, self.recorder = read, planner, store, resizer, recorder
         self.read_fresh = read_fresh
         """A read that lists pods from the API server even where ``read`` serves them from a watch-fed cache: used
         when a bake has ended, so the step that starts the next batch never rests on a view that may be up to a
         silent watch's bound old (an OOM kill in the last seconds of the bake must halt the pool, not be missed)."""
         self.fresh_reads = 0
-        self.evictor, self.templates = evictor, templates
+        self.evictor, self.templates, self.gates = evictor, templates, gates
         self.parallelism = max(1, parallelism)
         """Resize requests in flight at once within a pass, over all rollouts (each carries its own preconditions)."""
         self.verify_poll_s = verify_poll_s
@@ -223,6 +232,8 @@ class Executor:
         """Rollouts known here to be further on than their journal only in what a crash would work out again
         (see ``derivable``): not written; used while the journal is still at the version they were built on."""
         self._ahead_lock = threading.Lock()
+        self._held_noted: set[str] = set()
+        """Uids of pods whose admission-held annotation has been recorded as an Event by this process."""
 
     def plan(self, now_s: float, rollouts: Sequence[Rollout] | None = None) -> tuple[Any, list[tuple[RolloutPolicy,
                                                                                                       Plan]]]:
@@ -252,7 +263,8 @@ class Executor:
             raw = self.planner(
                 pods=mark_infeasible(pods, known), targets=snap.targets, hpas=snap.hpas,
                 limit_ranges=snap.limit_ranges, nodes=snap.nodes, policy=policy, now_s=now_s,
-                approvals=snap.approvals, pod_level_resize_supported=snap.pod_level_resize_supported)
+                approvals=snap.approvals, pod_level_resize_supported=snap.pod_level_resize_supported,
+                quotas=getattr(snap, "quotas", ()), features=getattr(snap, "features", None))
             plans.append((policy, without_reverted(raw, reverted, policy)))
         return plans
 
@@ -288,6 +300,8 @@ class Executor:
         with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="resize") as sends, \
                 ThreadPoolExecutor(max_workers=MAX_ROLLOUT_THREADS, thread_name_prefix="rollout") as each:
             everything, snap, plans = self._read(now_s, each)
+            self._note_admission_held(snap.pods)
+            self.keep_gates(snap.observations, everything)
             first_plans, now = plans, now_s
             steps, started = self._round(now, everything, snap, plans, touched, start_new=True)
             while True:
@@ -321,6 +335,7 @@ class Executor:
                     continue
                 steps, _ = self._round(now, everything, snap, plans, touched, start_new=False)
         self._publish_open({**{r.name: r for r in everything}, **latest}.values())
+        self._publish_quota(first_plans)
         bake_ends = [until for r in latest.values() if (until := _bake_until(r)) is not None]
         awaiting = any(r.phase == Phase.ROLLING_BACK or (
             r.phase in (Phase.PROGRESSING, Phase.BAKING) and r.current_batch < len(r.batches)
@@ -455,6 +470,8 @@ class Executor:
             for rz in resizes:
                 if isinstance(rz, machine.Resize):
                     r, ok = self._settle_resize(r, rz, sent.get(rz.key), now_s)
+                elif isinstance(rz, machine.SetServing):
+                    r, ok = self._set_serving(r, rz, now_s)
                 else:
                     r, ok = self._fallback(r, rz, now_s)
                 done += ok
@@ -495,13 +512,45 @@ class Executor:
             self._count_resize("retry")
             return r, 0
         if isinstance(outcome, Exception):
-            log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(outcome)})
-            self._count_resize("refused")
+            kind = refusal_of(outcome)
+            log.warning("resize refused", extra={"pod": rz.key, "purpose": rz.purpose, "error": str(outcome),
+                                                 "refusal": kind.value})
+            self._count_resize("quota" if kind == Refusal.QUOTA else "refused")
             return machine.settle(r, rz.key, rz.purpose, ok=False, generation=None, now_s=now_s,
-                                  error=str(outcome)), 0
+                                  error=str(outcome), refusal=kind), 0
         self._count(1)
         self._count_resize("ok")
         return machine.settle(r, rz.key, rz.purpose, ok=True, generation=outcome, now_s=now_s), 1
+
+    def _set_serving(self, r: Rollout, fx: machine.SetServing, now_s: float) -> tuple[Rollout, int]:
+        try:
+            if self.gates is None:
+                raise KubeError("no serving-gate writer configured")
+            self.gates.set_serving(fx.namespace, fx.pod, fx.uid, fx.serving)
+            self._count(1)
+        except KubeError as err:
+            log.warning("serving gate not set", extra={"key": fx.key, "serving": fx.serving, "error": str(err)})
+            return machine.settle(r, fx.key, "serving", ok=False, generation=None, now_s=now_s, error=str(err)), 0
+        return machine.settle(r, fx.key, "serving", ok=True, generation=None, now_s=now_s), 1
+
+    def keep_gates(self, observations: Mapping[str, PodObservation], rollouts: Sequence[Rollout]) -> int:
+        """Set the serving gate True on gated pods that have no such condition yet (new pods: until then they
+        are never Ready) or whose gate is False without a drain of ours in progress (a drain that a crash or a
+        rollback left behind). Returns how many were set."""
+        if self.gates is None:
+            return 0
+        draining = {e.uid for r in rollouts if r.phase not in TERMINAL for e in r.entries
+                    if e.drain and e.state in (EntryState.DRAINING, EntryState.APPLYING, EntryState.APPLIED)}
+        count = 0
+        for o in observations.values():
+            if o.gated and not o.deleting and o.serving is not True and o.uid not in draining:
+                try:
+                    self.gates.set_serving(o.namespace, o.name, o.uid, True)
+                    self._count(1)
+                    count += 1
+                except KubeError as err:
+                    log.warning("serving gate not set", extra={"pod": o.key, "error": str(err)})
+        return count
 
     def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, now_s: float) -> tuple[Rollout, int]:
         purpose = "evict" if isinstance(fx, machine.Evict) else "template"
@@ -519,7 +568,7 @@ class Executor:
             log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
             self._count_fallback(purpose, "retry" if isinstance(err, TemporaryKubeError) else "refused")
             return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err),
-                                  retry_after_s=err.retry_after_s), 0
+                                  retry_after_s=err.retry_after_s, refusal=refusal_of(err)), 0
         self._count_fallback(purpose, "ok")
         return machine.settle(r, fx.key, purpose, ok=True, generation=None, now_s=now_s), 1
 
@@ -539,6 +588,29 @@ class Executor:
         self.metrics.open_rollouts.clear()
         for (pool, state), n in counts.items():
             self.metrics.open_rollouts.labels(pool=pool, state=state).set(n)
+
+    def _note_admission_held(self, pods: Sequence[PodView]) -> None:
+        """A Warning Event, once per pod, on each pod the webhook left at its own resources because its target
+        would exceed a ResourceQuota (``HELD_ANNOTATION``): the webhook is read-only, the updater records it."""
+        current = set()
+        for p in pods:
+            why = p.annotations.get(HELD_ANNOTATION)
+            if not why:
+                continue
+            current.add(p.uid)
+            if p.uid not in self._held_noted:
+                self.recorder.record(namespace=p.namespace, kind="Pod", name=p.name, uid=p.uid,
+                                     reason="TargetExceedsQuota", message=why, warning=True)
+        self._held_noted = current
+
+    def _publish_quota(self, plans: Sequence[tuple[RolloutPolicy, Plan]]) -> None:
+        """Pods whose resize or fallback a ResourceQuota holds back in this pass's plans, by what was held."""
+        if self.metrics is None:
+            return
+        held = Counter("fallback" if d.held == Action.FALLBACK else "resize"
+                       for _, plan in plans for d in plan.decisions if d.reason == Reason.QUOTA)
+        for action in ("resize", "fallback"):
+            self.metrics.quota_held.labels(action=action).set(held.get(action, 0))
 
     def _save(self, r: Rollout) -> Rollout:
         self._count(1)

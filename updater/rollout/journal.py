@@ -33,6 +33,9 @@ class EntryState(enum.StrEnum):
     EVICTED = "Evicted"
     BLOCKED = "Blocked"
     """A fallback the cluster refused for now (PodDisruptionBudget 429): retried after ``not_before_s``."""
+    DRAINING = "Draining"
+    """A restarting resize of a gated pod: its serving gate is set False; the resize waits until no
+    EndpointSlice lists the pod as ready (resume sets the gate again, then checks the endpoints)."""
 
 
 ACTIVE = frozenset({EntryState.APPLYING, EntryState.APPLIED, EntryState.VERIFIED})
@@ -93,6 +96,9 @@ class Entry:
     not_before_s: float | None = None
     ready_before: int = 0
     """Ready pods of the workload when the fallback was planned: an eviction is done when they are back."""
+    drain: bool = False
+    """A restarting resize of a pod with the serving gate: drained before, put back after its containers are
+    ready again."""
 
     @property
     def key(self) -> str:
@@ -172,7 +178,7 @@ def _without_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[st
 
 _ENTRY_DEFAULTS: Mapping[str, Any] = {"restarting": [], "restartsBefore": {}, "generation": None,
                                       "appliedSeconds": None, "message": "", "attempts": 0,
-                                      "notBeforeSeconds": None, "readyBefore": 0}
+                                      "notBeforeSeconds": None, "readyBefore": 0, "drain": False}
 _BATCH_DEFAULTS: Mapping[str, Any] = {"gates": [], "startedSeconds": None, "bakeUntilSeconds": None,
                                       "deadlineSeconds": None}
 
@@ -193,7 +199,7 @@ def to_status(r: Rollout) -> dict[str, Any]:
             "restarting": sorted(e.restarting), "restartsBefore": dict(e.restarts_before),
             "state": e.state.value, "generation": e.generation, "appliedSeconds": e.applied_s,
             "message": e.message[:500], "action": e.action, "attempts": e.attempts,
-            "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before}, _ENTRY_DEFAULTS)
+            "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before, "drain": e.drain}, _ENTRY_DEFAULTS)
             for e in r.entries],
     }
 
@@ -214,7 +220,8 @@ def from_object(obj: Mapping[str, Any]) -> Rollout:
                           state=EntryState(e["state"]), generation=e.get("generation"),
                           applied_s=e.get("appliedSeconds"), message=e.get("message", ""),
                           action=e.get("action", RESIZE), attempts=int(e.get("attempts", 0)),
-                          not_before_s=e.get("notBeforeSeconds"), ready_before=int(e.get("readyBefore", 0)))
+                          not_before_s=e.get("notBeforeSeconds"), ready_before=int(e.get("readyBefore", 0)),
+                          drain=bool(e.get("drain", False)))
                     for e in st.get("entries") or [])
     return Rollout(name=str(meta.get("name")), pool=str(spec.get("pool", "")), policy=str(spec.get("policy", "")),
                    batches=batches, entries=entries, phase=Phase(st.get("phase", "Progressing")),

@@ -5,7 +5,9 @@ intent (``Applying``) and asking for resizes; verify each pod (observedGeneratio
 status shows the new values, no resize condition left, restart counts moved only where the policy said,
 Ready); bake while watching the gates (OOM kill, unexpected restart, readiness loss, extra signals such as
 a throttling spike supplied by the caller); on a failed gate or a verification timeout restore every pod
-the batch touched and halt the pool. Infeasible (or Deferred past its timeout) sends a pod back to its
+the batch touched and halt the pool. A restarting resize of a pod with the serving readiness gate is
+drained first (gate False, then no ready endpoint left) and put back once its containers are ready again
+(gate True, then the pod Ready). Infeasible (or Deferred past its timeout) sends a pod back to its
 recorded values and leaves it for the fallback, without failing the batch. ``advance`` never performs
 anything: the executor performs the returned effects and then records their outcome with ``settle``.
 """
@@ -16,6 +18,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from recommender.model.types import Resources
+from recommender.units import format_cpu, format_memory
+from updater.answers import Refusal
 from updater.observe import PodObservation
 from updater.rollout.journal import (
     ACTIVE,
@@ -87,9 +92,22 @@ class WorkloadObservation:
     """The pod template's resources for the containers the journal names (None: not read)."""
 
 
-Effect = Resize | Event | Evict | PatchTemplate
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetServing:
+    """Set the pod's serving gate condition (``pods/status``, uid precondition): False takes it out of its
+    Services' endpoints before a restarting resize, True puts it back."""
+
+    key: str
+    namespace: str
+    pod: str
+    uid: str
+    serving: bool
+
+
+Effect = Resize | Event | Evict | PatchTemplate | SetServing
 MAX_TEMPLATE_REVERTS = 3
-WAITING = frozenset({EntryState.PLANNED, EntryState.APPLYING, EntryState.EVICTING, EntryState.BLOCKED})
+WAITING = frozenset({EntryState.PLANNED, EntryState.APPLYING, EntryState.EVICTING, EntryState.BLOCKED,
+                     EntryState.DRAINING})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,11 +157,32 @@ def _set_batch(r: Rollout, batch: BatchRecord) -> Rollout:
 
 
 # ----------------------------------------------------------------------------------------------- applying
+def _serving(entry: Entry, serving: bool) -> SetServing:
+    return SetServing(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, serving=serving)
+
+
+def _drain(entry: Entry, obs: PodObservation) -> tuple[Entry, list[Effect]] | None:
+    """Before a gated pod's restarting resize: set its gate False, then wait until no EndpointSlice lists it
+    as ready (the EndpointSlice controller follows the pod's Ready). None: drained, go on with the resize."""
+    if obs.serving is not False:
+        return replace(entry, state=EntryState.DRAINING, message="draining: serving gate set False"), [
+            _serving(entry, False)]
+    if obs.endpoint_ready:
+        return replace(entry, state=EntryState.DRAINING, message="draining: waiting for the endpoints"), []
+    return None
+
+
 def _start_or_resume(entry: Entry, obs: PodObservation | None, now_s: float) -> tuple[Entry, list[Effect]]:
-    """An entry in Planned or Applying: decide from the live spec whether the resize still has to be sent."""
+    """An entry in Planned, Draining or Applying: decide from the live spec whether the resize still has to be
+    sent (a gated pod's restarting resize is drained first)."""
     if not _same_pod(entry, obs):
         return replace(entry, state=EntryState.GONE, message="pod gone before the resize"), []
     assert obs is not None
+    if entry.drain and entry.state in (EntryState.PLANNED, EntryState.DRAINING) and spec_matches(obs, entry.before):
+        waiting = _drain(entry, obs)
+        if waiting is not None:
+            return waiting
+        entry = replace(entry, message="")
     if spec_matches(obs, entry.after):
         return replace(entry, state=EntryState.APPLIED, generation=obs.generation,
                        applied_s=entry.applied_s or now_s), []
@@ -183,7 +222,7 @@ def _start(entry: Entry, obs: Mapping[str, PodObservation], work: Mapping[tuple[
 
 
 def _due(entry: Entry, slots: int, now_s: float) -> bool:
-    if entry.state in (EntryState.APPLYING, EntryState.EVICTING):
+    if entry.state in (EntryState.APPLYING, EntryState.EVICTING, EntryState.DRAINING):
         return True
     if entry.state == EntryState.BLOCKED:
         return entry.not_before_s is None or now_s >= entry.not_before_s
@@ -249,7 +288,9 @@ def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeou
     assert obs is not None
     caught_up = obs.observed_generation >= (entry.generation or 0)
     if caught_up and obs.resize_pending == "Infeasible":
-        return replace(entry, state=EntryState.INFEASIBLE, message=obs.resize_pending_message), ""
+        cause = obs.infeasible_cause.value if obs.infeasible_cause else "unknown"
+        message = f"Infeasible ({cause}): {obs.resize_pending_message}"
+        return replace(entry, state=EntryState.INFEASIBLE, message=message), ""
     if caught_up and obs.resize_pending == "Deferred" and obs.resize_pending_since_s is not None and \
             now_s - obs.resize_pending_since_s > timeouts.deferred_s:
         message = f"Deferred for more than {timeouts.deferred_s:.0f}s: {obs.resize_pending_message}"
@@ -257,11 +298,29 @@ def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeou
     failure = _oom_since(entry, obs) or _restarts_ok(entry, obs) or _actuation_error(entry, obs, now_s, timeouts)
     if failure:
         return entry, failure
-    done = (caught_up and obs.resize_pending is None and not obs.resize_in_progress and obs.ready
+    ready = obs.containers_ready if entry.drain else obs.ready
+    done = (caught_up and obs.resize_pending is None and not obs.resize_in_progress and ready
             and _actual_matches(obs, entry.after))
+    if done and entry.drain and not (obs.serving and obs.ready):
+        return replace(entry, message="restarted and ready: serving gate set True"), ""  # the caller sets it
     if done:
         return replace(entry, state=EntryState.VERIFIED, message=""), ""
     return entry, ""
+
+
+def _change_text(entry: Entry) -> str:
+    """The requests that changed, as kubectl prints quantities: "app: cpu 1 -> 250m, memory 1Gi -> 512Mi"."""
+    before = {c.name: c.requests for c in entry.before}
+    parts = []
+    for c in entry.after:
+        old = before.get(c.name, Resources())
+        changes = [f"{name} {'unset' if a is None else fmt(a)} -> {fmt(b)}"
+                   for name, fmt, a, b in (("cpu", format_cpu, old.cpu_millicores, c.requests.cpu_millicores),
+                                           ("memory", format_memory, old.memory_bytes, c.requests.memory_bytes))
+                   if b is not None and a != b]
+        if changes:
+            parts.append(f"{c.name}: {', '.join(changes)}")
+    return "; ".join(parts) or "limits only"
 
 
 def _fail(r: Rollout, batch: BatchRecord, why: str) -> tuple[Rollout, list[Effect]]:
@@ -309,9 +368,17 @@ def _verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservati
         new, failure = _verify_entry(entry, obs.get(entry.key), now_s, timeouts)
         if failure:
             return _fail(r, batch, f"{entry.key}: {failure}")
+        o = obs.get(entry.key)
+        if new.drain and new.state == EntryState.APPLIED and new.message.startswith("restarted and ready") and \
+                o is not None and not o.serving:
+            effects.append(_serving(entry, True))
         if new.state == EntryState.INFEASIBLE:
             effects += [_resize(entry, "revert"), Event(namespace=entry.namespace, pod=entry.pod, warning=True,
                         reason="ResizeInfeasible", message=f"in-place resize not possible, restored: {new.message}")]
+        elif new.state == EntryState.VERIFIED:
+            how = f"restarted {', '.join(sorted(entry.restarting))}" if entry.restarting else "no restart"
+            effects.append(Event(namespace=entry.namespace, pod=entry.pod, reason="ResizeVerified",
+                                 message=f"resized in place ({how}) and verified by {r.name}: {_change_text(entry)}"))
         changed[entry.key] = new
     r = _set_entries(r, changed)
     if any(e.state == EntryState.PLANNED for e in r.entries_of(batch.index)):  # a reverted template: again
@@ -376,6 +443,12 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
     for entry in r.entries:
         if not (r.rollback_all or entry.batch in failed) or entry.action != RESIZE:
             continue  # an eviction cannot be undone; a template patch is left to its owner
+        if entry.state == EntryState.DRAINING:  # drained, never resized: serve again
+            o = obs.get(entry.key)
+            if _same_pod(entry, o) and o is not None and o.serving is False:
+                effects.append(_serving(entry, True))
+            changed[entry.key] = replace(entry, state=EntryState.SKIPPED, message="rolled back before its resize")
+            continue
         if entry.state not in ACTIVE and entry.state != EntryState.REVERTING:
             continue
         o = obs.get(entry.key)
@@ -383,6 +456,8 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
             changed[entry.key] = replace(entry, state=EntryState.GONE, message="pod gone before the rollback")
             continue
         assert o is not None
+        if entry.drain and o.serving is False:
+            effects.append(_serving(entry, True))  # whatever happens next, the pod serves again
         if spec_matches(o, entry.before):
             changed[entry.key] = replace(entry, state=EntryState.REVERTED)
         elif spec_matches(o, entry.after):
@@ -429,26 +504,32 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
 
 
 def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | None, now_s: float,
-           error: str = "", retry_after_s: float = 0.0) -> Rollout:
-    """Record the outcome of a performed Resize effect."""
+           error: str = "", retry_after_s: float = 0.0, refusal: Refusal = Refusal.NONE) -> Rollout:
+    """Record the outcome of a performed effect. ``refusal`` is the kind of a refusal (``ok`` False), as the
+    executor classified it: a resize above the node's allocatable (the API server's 403, 1.36+) is Infeasible
+    and goes to the fallback; an exceeded quota is skipped, never handed to the fallback (its replacement would
+    be refused too); an eviction's "not now" (429) backs off; anything else is skipped."""
     entry = next(e for e in r.entries if e.key == key)
     if purpose == "evict":
         if ok:
             new = replace(entry, state=EntryState.EVICTED, applied_s=now_s)
-        elif "429" in error:  # a disruption budget says not now, or API Priority and Fairness (Retry-After)
+        elif refusal == Refusal.NOT_NOW:  # a disruption budget says not now, or API Priority and Fairness
             wait = max(min(10.0 * 2 ** entry.attempts, 300.0), retry_after_s)
             new = replace(entry, state=EntryState.BLOCKED, attempts=entry.attempts + 1, not_before_s=now_s + wait,
                           message=f"eviction refused for now (disruption budget); retry in {wait:.0f}s")
         else:
             new = replace(entry, state=EntryState.SKIPPED, message=error)
         return _set_entries(r, {key: new})
+    if purpose == "serving":
+        return r if ok else _set_entries(r, {key: replace(entry, message=f"serving gate not set: {error}")})
     if purpose == "template":
         new = replace(entry, state=EntryState.APPLIED, applied_s=now_s) if ok else \
             replace(entry, state=EntryState.SKIPPED, message=error)
         return _set_entries(r, {key: new})
     if purpose == "apply":
         new = replace(entry, state=EntryState.APPLIED, generation=generation, applied_s=now_s) if ok else \
-            replace(entry, state=EntryState.INFEASIBLE if "allocatable" in error else EntryState.SKIPPED, message=error)
+            replace(entry, state=EntryState.INFEASIBLE if refusal == Refusal.ABOVE_ALLOCATABLE else EntryState.SKIPPED,
+                    message=f"quota: {error}" if refusal == Refusal.QUOTA else error)
     elif entry.state == EntryState.INFEASIBLE:
         new = replace(entry, message=entry.message if ok else f"{entry.message}; restore failed: {error}")
     else:
@@ -456,6 +537,7 @@ def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | No
     r = _set_entries(r, {key: new})
     batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
     if purpose == "apply" and batch.phase == BatchPhase.APPLYING and not any(
-            e.state in (EntryState.PLANNED, EntryState.APPLYING) for e in r.entries_of(batch.index)):
+            e.state in (EntryState.PLANNED, EntryState.APPLYING, EntryState.DRAINING)
+            for e in r.entries_of(batch.index)):
         r = _set_batch(r, replace(batch, phase=BatchPhase.VERIFYING))
     return r

@@ -1,9 +1,11 @@
 """The updater's writes: ResizeRollout objects (the journal), pod resizes, and Events.
 
-Owns every write the updater makes to the API server. ``RolloutStore`` creates rollouts and saves their
-status with the read resourceVersion (a 409 means another writer moved first: the caller re-reads next
-pass). ``PodResizer`` patches ``pods/resize`` with the pod's uid and resourceVersion as preconditions and
-only the containers that change. ``EventRecorder`` writes core Events and never fails the caller.
+Owns every write the updater makes to the API server. ``RolloutStore`` creates rollouts and saves their status
+with the read resourceVersion (a 409 means another writer moved first: the caller re-reads next pass).
+``PodResizer`` patches ``pods/resize`` with the pod's uid and resourceVersion as preconditions and only the
+containers that change; a 403 is raised as ``Refused`` with its kind (exceeded quota, above the node's
+allocatable), so the state machine acts on the kind and never on the text. ``EventRecorder`` writes core
+Events and never fails the caller.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from kubernetes import client
 from recommender.kube.errors import KubeError, classify, is_not_found
 from recommender.model.types import Resources
 from recommender.units import format_cpu, format_memory
-from updater.kube.errors import REQUEST_TIMEOUT_S, Listing
+from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, write_error
 from updater.kube.informer import Informer, resource_version
 from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
 
@@ -170,7 +172,7 @@ class PodResizer:
         except client.ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{namespace}/{pod}") from err
-            raise classify(err, f"resize pod {namespace}/{pod}") from err
+            raise write_error(err, f"resize pod {namespace}/{pod}") from err
         except Exception as err:
             raise classify(err, f"resize pod {namespace}/{pod}") from err
         import json
@@ -204,6 +206,28 @@ class EventRecorder:
 
 
 __all__ = ["Conflict", "EventRecorder", "KubeError", "PodResizer", "RolloutStore", "rollout_name"]
+
+
+class ServingGateWriter:
+    """Sets the serving readiness gate's condition through ``pods/status`` (strategic merge on the conditions
+    list: the kubelet's own conditions are kept), with the pod's uid as precondition."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core: Any = client.CoreV1Api(api_client)
+
+    def set_serving(self, namespace: str, pod: str, uid: str, serving: bool) -> None:
+        from updater.observe import SERVING_GATE
+
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"metadata": {"uid": uid}, "status": {"conditions": [{
+            "type": SERVING_GATE, "status": "True" if serving else "False", "lastTransitionTime": now,
+            "reason": "Serving" if serving else "DrainedForResize",
+            "message": "" if serving else "podtailor: out of the endpoints for a restarting resize"}]}}
+        try:
+            self.core.patch_namespaced_pod_status(pod, namespace, body, _preload_content=False,
+                                                  _request_timeout=REQUEST_TIMEOUT_S)
+        except Exception as err:
+            raise classify(err, f"set the serving gate of pod {namespace}/{pod}") from err
 
 
 class Evictor:

@@ -1,14 +1,15 @@
 """The webhook's in-memory view of the cluster: VPA targets and workload owners, refreshed in the background.
 
-Owns listing, every ``--resync`` seconds, the VerticalPodAutoscalers (cluster-wide), and only in the
+Owns listing, every ``--resync`` seconds and at once when the VPA watch sees a change, the
+VerticalPodAutoscalers (cluster-wide, from the watch's cache while it is current), and only in the
 namespaces that have a VPA: ReplicaSets when some VPA there targets a Deployment (ReplicaSet -> Deployment),
 Jobs when one targets a CronJob (Job -> CronJob), LimitRanges and HPAs (the same constraints the in-place
-planner applies). Each refresh builds a new immutable ``TargetSnapshot`` and swaps it in, so admission
-reads memory only and never waits for the API server. A pod's workload comes from its controller owner
-reference through the updater's ``WorkloadIndex`` (a ReplicaSet created after the last list is mapped by
-its ``pod-template-hash``; a Job created after it, by the CronJob naming rule ``<cronjob>-<minutes>``).
-A VPA that cannot be read is remembered with its error, so its pods get a warning instead of a guess; two
-VPAs for one workload: the first by name wins (and it is logged).
+planner applies) and ResourceQuotas (so a target that would exceed one is not applied). Each refresh builds a
+new immutable ``TargetSnapshot`` and swaps it in, so admission reads memory only and never waits for the API
+server. A pod's workload comes from its controller owner reference through the updater's ``WorkloadIndex`` (a
+ReplicaSet created after the last list is mapped by its ``pod-template-hash``; a Job created after it, by the
+CronJob naming rule ``<cronjob>-<minutes>``). A VPA that cannot be read is remembered with its error, so its
+pods get a warning instead of a guess; two VPAs for one workload: the first by name wins (and it is logged).
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from typing import Any
 
 from updater.kube.errors import Listing, list_raw
 from updater.kube.fields import MalformedObject, Obj
+from updater.kube.informer import Informer
 from updater.kube.objects import container_limits, convert_hpa, convert_vpa, merge_by_namespace, vpa_target_key
+from updater.kube.quotas import convert_quota
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
 from updater.policy.changes import Constraints
-from updater.policy.types import LimitRangeView, WorkloadTarget
+from updater.policy.types import LimitRangeView, QuotaView, WorkloadTarget
 from updater.webhook.mutation import Resolution
 
 log = logging.getLogger("podtailor.updater.webhook")
-KINDS = ("VerticalPodAutoscaler", "ReplicaSet", "Job", "LimitRange", "HorizontalPodAutoscaler")
+KINDS = ("VerticalPodAutoscaler", "ReplicaSet", "Job", "LimitRange", "HorizontalPodAutoscaler", "ResourceQuota")
 CLUSTER_WIDE_ABOVE = 50
 """List a kind cluster-wide instead of once per namespace when more namespaces than this need it."""
 _CRONJOB_JOB = re.compile(r"^(?P<cronjob>.+)-\d+$")
@@ -47,6 +50,8 @@ class TargetSnapshot:
     index: WorkloadIndex = field(default_factory=WorkloadIndex)
     limit_ranges: Mapping[str, LimitRangeView] = field(default_factory=dict)
     hpa_resources: Mapping[WorkloadKey, frozenset[str]] = field(default_factory=dict)
+    quotas: Mapping[str, tuple[QuotaView, ...]] = field(default_factory=dict)
+    """Namespace -> its ResourceQuotas with compute limits."""
     counts: Mapping[str, int] = field(default_factory=dict)
     """Objects listed per kind (for the metrics)."""
 
@@ -67,7 +72,7 @@ class TargetSnapshot:
         cons = Constraints(limit_range=self.limit_ranges.get(namespace),
                            hpa_resources=self.hpa_resources.get(key, frozenset()))
         return Resolution(workload_kind=kind, workload_name=name, target=self.targets.get(key),
-                          error=self.broken.get(key, ""), constraints=cons)
+                          error=self.broken.get(key, ""), constraints=cons, quotas=self.quotas.get(namespace, ()))
 
 
 def _vpas(objs: Iterable[Obj]) -> tuple[dict[WorkloadKey, WorkloadTarget], dict[WorkloadKey, str]]:
@@ -107,10 +112,15 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]]) -> TargetSnapshot:
     targets, broken = _vpas(raw.get("VerticalPodAutoscaler", ()))
     limit_ranges = merge_by_namespace(_convert("LimitRange", raw.get("LimitRange", ()), container_limits))
     hpas = _convert("HorizontalPodAutoscaler", raw.get("HorizontalPodAutoscaler", ()), convert_hpa)
+    quotas: dict[str, list[QuotaView]] = {}
+    for q in _convert("ResourceQuota", raw.get("ResourceQuota", ()), convert_quota):
+        if q.hard:
+            quotas.setdefault(q.namespace, []).append(q)
     return TargetSnapshot(targets=targets, broken=broken, index=index,
                           limit_ranges={lr.namespace: lr for lr in limit_ranges},
                           hpa_resources={(h.namespace, h.workload_kind, h.workload_name): h.utilization_resources
                                          for h in hpas},
+                          quotas={ns: tuple(qs) for ns, qs in quotas.items()},
                           counts={kind: len(raw.get(kind, ())) for kind in KINDS})
 
 
@@ -120,6 +130,7 @@ def needed_namespaces(vpas: Iterable[Obj]) -> dict[str, set[str]]:
     for obj in vpas:
         ns, kind, _ = vpa_target_key(obj)
         out["LimitRange"].add(ns)
+        out["ResourceQuota"].add(ns)
         out["HorizontalPodAutoscaler"].add(ns)
         if kind == "Deployment":
             out["ReplicaSet"].add(ns)
@@ -129,13 +140,37 @@ def needed_namespaces(vpas: Iterable[Obj]) -> dict[str, set[str]]:
 
 
 class TargetCache:
-    """Lists with ``listings`` (from ``ClusterReader``); ``snapshot`` is the last good refresh."""
+    """Lists with ``listings`` (from ``ClusterReader``); ``snapshot`` is the last good refresh.
+
+    With ``watch_vpas`` the VPAs are also watched, and every change (a VPA created, a target written) sets
+    ``changed``, on which the maintenance loop refreshes at once instead of at the next ``--resync``. Without
+    it, a VPA or target written moments before a pod was created (the updater evicting right after the
+    recommender's first target for a new workload) was up to one resync (15 s by default) away from the cache,
+    and that pod was admitted without a mutation, counted as ``no-vpa`` or ``no-recommendation``."""
 
     def __init__(self, listings: Mapping[str, Listing]) -> None:
         self.listings = listings
         self.snapshot = TargetSnapshot()
         self.synced_monotonic: float | None = None
+        self.changed = threading.Event()
+        """Set by the VPA watch on every change; cleared by ``refresh``."""
+        self.informer: Informer | None = None
         self._lock = threading.Lock()
+
+    def watch_vpas(self, listing: Listing | None = None) -> None:
+        """Watch the VPAs cluster-wide (``listing``: the one to use, default ours) and set ``changed`` on every
+        change; ``refresh`` then reads them from the watch's cache while it is current."""
+        self.informer = Informer(listing or self.listings["VerticalPodAutoscaler"],
+                                 on_change=self.changed.set).start()
+
+    def stop_watching(self) -> None:
+        if self.informer is not None:
+            self.informer.stop()
+            self.informer = None
+
+    def _vpas(self) -> list[Obj]:
+        cached = self.informer.items() if self.informer is not None else None
+        return list(cached) if cached is not None else list_raw(self.listings["VerticalPodAutoscaler"])
 
     def _list(self, kind: str, namespaces: set[str]) -> list[Obj]:
         if not namespaces:
@@ -148,7 +183,8 @@ class TargetCache:
     def refresh(self) -> TargetSnapshot:
         """List and swap in a new snapshot; a KubeError propagates and the old snapshot stays."""
         with self._lock:
-            raw: dict[str, list[Obj]] = {"VerticalPodAutoscaler": list_raw(self.listings["VerticalPodAutoscaler"])}
+            self.changed.clear()  # a change from here on is seen by the next refresh
+            raw: dict[str, list[Obj]] = {"VerticalPodAutoscaler": self._vpas()}
             for kind, namespaces in needed_namespaces(raw["VerticalPodAutoscaler"]).items():
                 raw[kind] = self._list(kind, namespaces)
             snapshot = build_snapshot(raw)

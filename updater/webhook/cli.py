@@ -3,7 +3,8 @@
 Owns the webhook's flags, their defaults and help, turning them into the frozen configs of ``register``
 and ``lifecycle``, and the process: build the client, the certificate (self-managed by default, or mounted
 with ``--tls-cert-file``/``--tls-key-file``), the cache, the HTTPS server; then one maintenance tick
-before the first ``/readyz`` 200, and a tick every ``--resync`` until SIGTERM. Exit codes: 0 stopped by a
+before the first ``/readyz`` 200, and a tick every ``--resync``, or at once when the VPA watch sees a change,
+until SIGTERM. Exit codes: 0 stopped by a
 signal, 2 bad usage (bad flags or unreadable certificate files; nothing was registered).
 """
 
@@ -24,6 +25,8 @@ from prometheus_client import CollectorRegistry
 from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client
 
 log = logging.getLogger("podtailor.updater.webhook")
+MIN_REFRESH_S = 0.05
+"""Shortest time between two refreshes woken by VPA changes."""
 DESCRIPTION = """\
 Mutating admission webhook: pods being created get the CPU and memory of their workload's VPA target,
 under the updater's rules (minAllowed/maxAllowed, LimitRange, limit:request ratio or RequestsOnly, QoS
@@ -44,7 +47,8 @@ def add_webhook_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--listen", default="0.0.0.0:9443", metavar="HOST:PORT",
                    help="HTTPS address of /mutate, /healthz, /readyz and /metrics (default: %(default)s)")
     g.add_argument("--resync", type=duration_s, default=15.0, metavar="DURATION",
-                   help="refresh VPAs, owners and constraints this often (default: 15s)")
+                   help="refresh VPAs, owners, constraints and quotas this often, and at once when "
+                        "the VPA watch sees a change (default: 15s)")
     g = p.add_argument_group("TLS (default: a self-managed CA and certificate, renewed at 80%% of validity)")
     g.add_argument("--tls-cert-file", type=Path, help="mounted serving certificate (e.g. from cert-manager)")
     g.add_argument("--tls-key-file", type=Path, help="its private key (both are reloaded when they change)")
@@ -121,6 +125,17 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, CollectorRegistry, Any]:
     return maintainer, keeper, registry, cache
 
 
+def _wait(stop: threading.Event, changed: threading.Event, timeout_s: float) -> None:
+    """Until ``stop``, a VPA change (``changed``, then at most every ``MIN_REFRESH_S``) or ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.is_set() and not changed.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        changed.wait(min(left, 0.5))
+    stop.wait(MIN_REFRESH_S)  # a burst of VPA writes (a recommender pass) costs a few refreshes, not one each
+
+
 def run_webhook(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT (or until ``args.stop``, a threading.Event, is set: for in-process use)."""
     from updater.webhook.server import WebhookServer
@@ -139,13 +154,15 @@ def run_webhook(args: argparse.Namespace) -> int:
     server = WebhookServer(host, port, keeper.current_context, cache, registry, maintainer.metrics,
                            maintainer.health).start()
     log.info("webhook serving", extra={"address": f"{host}:{server.port}", "config": args.webhook_config_name})
+    cache.watch_vpas()
     while not stop.is_set():
         started = time.monotonic()
         try:
             maintainer.tick()
         except Exception as err:  # the one broad catch of the loop: serve on, try again next tick
             log.error("maintenance tick failed; retrying", extra={"error": str(err)[:500]})
-        stop.wait(max(0.0, args.resync - (time.monotonic() - started)))
+        _wait(stop, cache.changed, max(0.0, args.resync - (time.monotonic() - started)))
+    cache.stop_watching()
     server.shutdown()
     log.info("webhook stopped")
     return 0

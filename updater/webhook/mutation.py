@@ -8,6 +8,9 @@ does); then per container (native sidecars and regular containers; plain init co
 ``container_change`` (target clamped to minAllowed/maxAllowed, then to the namespace LimitRange; limits
 scaled to keep the ratio under RequestsAndLimits, kept under RequestsOnly; HPA-scaled resources kept).
 A result that would change the pod's QoS class is refused: the pod is admitted as it is, with a warning.
+So is one that would make the pod exceed a matching ResourceQuota (``updater.policy.quota.exceeded``: used +
+the new pod's requests or limits above hard, where the pod's own values use less): mutated, quota admission
+would refuse the pod and its controller would fail to create it again and again; as it came it may fit.
 
 Staleness: a Stale VPA's target is applied as it is. It is the last good recommendation, and a new pod
 has no history of its own to protect; staleness only withholds in-place decreases of running pods
@@ -17,13 +20,14 @@ has no history of its own to protect; staleness only withholds in-place decrease
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from recommender.model.types import Resources
 from recommender.units import format_cpu, format_memory
 from updater.policy.changes import Constraints, container_change, is_noop, qos_class
-from updater.policy.types import ContainerChange, ContainerView, WorkloadTarget
+from updater.policy.quota import Subject, exceeded, spec_usage
+from updater.policy.types import ContainerChange, ContainerView, QuotaView, WorkloadTarget
 
 ADMISSION_MODES = frozenset({"Initial", "Recreate", "InPlaceOrRecreate", "InPlace", "Auto"})
 """Update modes that set resources at admission; ``Off`` only recommends."""
@@ -41,6 +45,8 @@ class Outcome(enum.StrEnum):
     NO_RECOMMENDATION = "no-recommendation"
     POD_LEVEL = "pod-level-resources"
     QOS_WOULD_CHANGE = "qos-would-change"
+    QUOTA_EXCEEDED = "quota-exceeded"
+    """The target would make the pod exceed a ResourceQuota that its own values fit: admitted as it came."""
     MALFORMED = "malformed"
     IGNORED = "ignored"
     """Not a pod CREATE (the configuration should not send those, but a hand-edited one might)."""
@@ -58,6 +64,10 @@ class PodResources:
     """(requests, limits) of plain init containers: never changed, but they count for the QoS class."""
     pod_level: bool = False
     """``spec.resources`` has requests or limits (KEP-2837)."""
+    priority_class: str = ""
+    terminating: bool = False
+    cross_namespace_affinity: bool = False
+    """What ResourceQuota scopes match on (``spec.priorityClassName``, ``activeDeadlineSeconds``, affinity)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,8 +85,10 @@ def _pairs(pod: PodResources, changes: Iterable[ContainerChange] = ()) -> list[t
     return [new.get(v.name, (v.requests, v.limits)) for v in pod.containers] + list(pod.init_containers)
 
 
-def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constraints) -> AdmissionDecision:
-    """The admission decision for one pod (``constraints.no_decrease`` is the caller's to set: False here)."""
+def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constraints,
+           quotas: Sequence[QuotaView] = ()) -> AdmissionDecision:
+    """The admission decision for one pod (``constraints.no_decrease`` is the caller's to set: False here);
+    ``quotas``: the namespace's ResourceQuotas."""
     if target is None:
         return AdmissionDecision(outcome=Outcome.NO_VPA)
     name = target.vpa_name
@@ -104,6 +116,14 @@ def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constr
         return AdmissionDecision(outcome=Outcome.QOS_WOULD_CHANGE, vpa_name=name,
                                  message=f"podtailor: VPA {name} target would change the QoS class from {before} "
                                          f"to {after}; pod admitted with its own resources")
+    subject = Subject(qos=before, priority_class=pod.priority_class, terminating=pod.terminating,
+                      cross_namespace_affinity=pod.cross_namespace_affinity)
+    count = len(pod.containers)  # plain init containers run before, not beside: left out of the sum
+    why = exceeded(quotas, subject, spec_usage(_pairs(pod)[:count]), spec_usage(_pairs(pod, changes)[:count]))
+    if why:
+        return AdmissionDecision(outcome=Outcome.QUOTA_EXCEEDED, vpa_name=name,
+                                 message=f"podtailor: VPA {name} target would exceed {why}; pod admitted with its "
+                                         "own resources")
     return AdmissionDecision(outcome=Outcome.MUTATED, vpa_name=name, changes=tuple(changes))
 
 
@@ -133,3 +153,5 @@ class Resolution:
     error: str = ""
     """Non-empty when the workload's VPA exists but could not be read (malformed quantity, bad policy)."""
     constraints: Constraints = field(default_factory=Constraints)
+    quotas: tuple[QuotaView, ...] = ()
+    """The namespace's ResourceQuotas with compute limits."""

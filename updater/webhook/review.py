@@ -2,12 +2,14 @@
 
 Owns reading an ``admission.k8s.io/v1`` AdmissionReview (a pod CREATE; anything else is allowed as it is),
 turning the pod's containers into values (native sidecars are the init containers with ``restartPolicy:
-Always``; plain init containers only count for the QoS class), asking a ``Resolver`` (the in-memory cache)
-for the pod's VPA target, deciding (``mutation.decide``) and answering with a base64 JSONPatch that replaces
-the changed containers' ``resources`` (other resources, e.g. GPUs, and unchanged values are kept verbatim)
-and sets the ``podtailor.io/admitted-resources`` annotation. A malformed quantity (pod or VPA) gives no
-patch and a warning. Every exception gives ``allowed: true`` (with the request's uid when it could be read)
-and the outcome ``error``: the webhook never blocks a pod.
+Always``; plain init containers only count for the QoS class), asking a ``Resolver`` (the in-memory cache) for
+the pod's VPA target, deciding (``mutation.decide``) and answering with a base64 JSONPatch that replaces the
+changed containers' ``resources`` (other resources, e.g. GPUs, and unchanged values are kept verbatim) and
+sets the ``podtailor.io/admitted-resources`` annotation. A pod left at its own resources because the target
+would exceed a ResourceQuota gets a warning and the ``podtailor.io/admission-held`` annotation (which the
+updater turns into an Event: the webhook writes nothing). A
+malformed quantity (pod or VPA) gives no patch and a warning. Every exception gives ``allowed: true`` (with
+the request's uid when it could be read) and the outcome ``error``: the webhook never blocks a pod.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ from typing import Any, Protocol
 
 from recommender.units import format_cpu, format_memory
 from updater.kube.fields import MalformedObject, Obj, resources
+from updater.kube.pods import cross_namespace_affinity, gated
+from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
 from updater.policy.changes import RESOURCES, get
+from updater.policy.quota import HELD_ANNOTATION
 from updater.policy.types import ContainerChange, ContainerView
 from updater.webhook.mutation import (
+    MAX_SUMMARY_CHARS,
     AdmissionDecision,
     Outcome,
     PodResources,
@@ -34,6 +40,8 @@ from updater.webhook.mutation import (
 
 log = logging.getLogger("podtailor.updater.webhook")
 ANNOTATION = "podtailor.io/admitted-resources"
+WARNED = frozenset({Outcome.MALFORMED, Outcome.QOS_WOULD_CHANGE, Outcome.QUOTA_EXCEEDED})
+"""Outcomes answered with an AdmissionReview warning (the pod is admitted as it came, and the user should know)."""
 MAX_WARNING_CHARS = 250
 """The API server may truncate longer warnings (256 characters)."""
 
@@ -65,10 +73,14 @@ def pod_resources(spec: Mapping[str, Any], where: str = "pod") -> PodResources:
     sidecars = [_view(c, True, where) for c in inits if _sidecar(c)]
     plain = [_view(c, False, where) for c in inits if not _sidecar(c)]
     pod_level = spec.get("resources") or {}
+    deadline = spec.get("activeDeadlineSeconds")
     return PodResources(containers=tuple(sidecars + [_view(c, False, where) for c in regular]),
                         init_containers=tuple((v.requests, v.limits) for v in plain),
                         pod_level=isinstance(pod_level, dict) and bool(pod_level.get("requests")
-                                                                        or pod_level.get("limits")))
+                                                                        or pod_level.get("limits")),
+                        priority_class=str(spec.get("priorityClassName") or ""),
+                        terminating=isinstance(deadline, int) and deadline >= 0,
+                        cross_namespace_affinity=cross_namespace_affinity(spec))
 
 
 def _new_resources(raw: Obj, change: ContainerChange) -> Obj:
@@ -135,7 +147,30 @@ def _decide(request: Mapping[str, Any], resolver: Resolver) -> tuple[AdmissionDe
         views = pod_resources(pod.get("spec") or {}, where)
     except MalformedObject as err:
         return AdmissionDecision(outcome=Outcome.MALFORMED, message=f"podtailor: {err}"), pod
-    return decide(views, resolution.target, resolution.constraints), pod
+    return decide(views, resolution.target, resolution.constraints, resolution.quotas), pod
+
+
+def held_patch(pod: Mapping[str, Any], message: str) -> list[Obj]:
+    """The one operation for a pod left at its own resources by a ResourceQuota: the ``HELD_ANNOTATION``
+    (resources untouched), so the updater, which may write Events, records one on the pod."""
+    meta = pod.get("metadata") or {}
+    text = message[:MAX_SUMMARY_CHARS]
+    if isinstance(meta.get("annotations"), dict):
+        return [{"op": "add", "path": "/metadata/annotations/" + HELD_ANNOTATION.replace("~", "~0").replace("/", "~1"),
+                 "value": text}]
+    return [{"op": "add", "path": "/metadata/annotations", "value": {HELD_ANNOTATION: text}}]
+
+
+def gate_patch(pod: Mapping[str, Any]) -> list[Obj]:
+    """For a pod whose template opts in (``DRAIN_ANNOTATION: "true"``), the serving readiness gate, so the
+    updater can take it out of its Services' endpoints before a restarting resize; [] otherwise."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if (meta.get("annotations") or {}).get(DRAIN_ANNOTATION) != "true" or gated(spec):
+        return []
+    gate = {"conditionType": SERVING_GATE}
+    if isinstance(spec.get("readinessGates"), list):
+        return [{"op": "add", "path": "/spec/readinessGates/-", "value": gate}]
+    return [{"op": "add", "path": "/spec/readinessGates", "value": [gate]}]
 
 
 def admit(body: bytes, resolver: Resolver) -> tuple[Obj, Outcome]:
@@ -150,14 +185,16 @@ def admit(body: bytes, resolver: Resolver) -> tuple[Obj, Outcome]:
         if not _is_pod_create(request):
             return response(uid), Outcome.IGNORED
         decision, pod = _decide(request, resolver)
+        gate = gate_patch(pod)
         if decision.outcome is Outcome.MUTATED:
-            return response(uid, json_patch(pod, decision)), decision.outcome
-        warnings = (decision.message,) if decision.outcome in (Outcome.MALFORMED, Outcome.QOS_WOULD_CHANGE) else ()
+            return response(uid, json_patch(pod, decision) + gate), decision.outcome
+        warnings = (decision.message,) if decision.outcome in WARNED else ()
         if warnings:
             log.warning("pod admitted unchanged", extra={"namespace": request.get("namespace"),
                                                          "outcome": decision.outcome.value,
                                                          "reason": decision.message})
-        return response(uid, warnings=warnings), decision.outcome
+        held = held_patch(pod, decision.message) if decision.outcome is Outcome.QUOTA_EXCEEDED else []
+        return response(uid, held + gate, warnings=warnings), decision.outcome
     except Exception as err:  # the one broad catch: fail open, whatever went wrong
         log.error("admission failed; pod allowed unchanged", extra={"uid": uid, "error": str(err)[:500]})
         return response(uid), Outcome.ERROR

@@ -1,0 +1,123 @@
+"""What the API server and the kubelet answer to a resize, by version, as typed values (pure).
+
+Owns the kinds of answer the updater acts on differently, so that no other module reads an error string:
+``Refusal`` (why the API server refused a write: above the node's allocatable, exceeded quota, "not now"),
+``InfeasibleCause`` (why the kubelet marked a resize ``PodResizePending``/``Infeasible``) and ``ServerFeatures``
+(what the server's version gives). The adapters classify once, at the edge (``updater/kube/errors.py`` for
+refusals, ``updater/kube/pods.py`` for the kubelet's conditions), with the functions here; the state machine
+and the planner read only the kinds. Upstream, v1.37.2:
+
+- ``PodResizeValidator`` (``plugin/pkg/admission/podresize/admission.go``, ``resizeValidationError``), from
+  1.36: a 403 whose ``details.causes[].type`` is ``NodeCapacity`` ("node didn't have enough allocatable
+  resources: ...") or ``UnsupportedPlatform``. Absent up to 1.35, where the kubelet answers Infeasible
+  ("Node didn't have enough capacity", ``canResizePod``).
+- ResourceQuota admission (``k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``,
+  ``checkRequest``): a 403 "exceeded quota: <name>, requested: ..., used: ..., limited: ..."; also "must
+  specify ..." (``pkg/quota/v1/evaluator/core/pods.go``, ``Constraints``) and "status unknown for quota".
+  admission.NewForbidden gives these no cause type, so their message prefix is the only mark.
+- The kubelet's resize admit handler (``pkg/kubelet/allocation/handlers.go``, ``Admit``) in 1.37 is the only
+  source of Infeasible: the feature off or the platform unsupported, swap, pod-level resize disabled,
+  memory-backed emptyDir volumes, and Guaranteed pods beside the static CPU or Memory Manager. A request
+  that does not fit the kubelet's own view is Deferred from 1.36 (``SetPodResizePendingCondition``,
+  ``pkg/kubelet/status/status_manager.go``), never Infeasible. Static pods never get that far: the API
+  server refuses their resize ("static pods cannot be resized", ``validation.go``), and the planner skips
+  mirror pods.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class Refusal(enum.StrEnum):
+    """Why the API server refused a write; NONE when it did not (or nothing more is known)."""
+
+    NONE = ""
+    ABOVE_ALLOCATABLE = "above-allocatable"
+    """403 from PodResizeValidator (1.36+): the target is above the node's allocatable. Goes to the fallback."""
+    QUOTA = "quota"
+    """403 from ResourceQuota admission. Never goes to the fallback: the replacement would be refused too."""
+    NOT_NOW = "not-now"
+    """429: a PodDisruptionBudget (eviction) or API Priority and Fairness; retried after a back-off."""
+    OTHER = "other"
+
+
+class InfeasibleCause(enum.StrEnum):
+    """Why the kubelet marked a resize Infeasible (from its condition message)."""
+
+    NODE_CAPACITY = "node-capacity"
+    """Up to 1.35: the pod's requests exceed the node's allocatable (``canResizePod``)."""
+    NOT_SUPPORTED = "not-supported"
+    """In-place resize is off or unsupported on that node (feature gate, platform)."""
+    SWAP = "swap"
+    POD_LEVEL = "pod-level-not-allowed"
+    MEMORY_VOLUME = "memory-backed-volume"
+    STATIC_POLICY = "static-cpu-or-memory-manager"
+    UNKNOWN = "unknown"
+
+
+_INFEASIBLE_TEXTS: tuple[tuple[str, InfeasibleCause], ...] = (
+    ("didn't have enough capacity", InfeasibleCause.NODE_CAPACITY),
+    ("with swap is not supported", InfeasibleCause.SWAP),
+    ("inplacepodlevelresourcesverticalscaling is disabled", InfeasibleCause.POD_LEVEL),
+    ("pod-level resources resize is not supported", InfeasibleCause.POD_LEVEL),
+    ("memory-backed emptydir volume resize", InfeasibleCause.MEMORY_VOLUME),
+    ("guaranteed pods alongside", InfeasibleCause.STATIC_POLICY),
+    ("inplacepodverticalscaling is disabled", InfeasibleCause.NOT_SUPPORTED),
+    ("in-place pod resize is not supported", InfeasibleCause.NOT_SUPPORTED),
+)
+"""Lower-cased fragments of the kubelet's messages (handlers.go, features_*.go, v1.37.2; kubelet 1.35's
+``canResizePod`` for NODE_CAPACITY)."""
+
+_QUOTA_PREFIXES = ("exceeded quota:", "must specify ", "status unknown for quota:")
+
+
+def infeasible_cause(message: str) -> InfeasibleCause:
+    """The cause of a PodResizePending/Infeasible condition, from its message."""
+    text = message.lower()
+    return next((cause for fragment, cause in _INFEASIBLE_TEXTS if fragment in text), InfeasibleCause.UNKNOWN)
+
+
+def forbidden_refusal(message: str, cause_types: Iterable[str] = ()) -> Refusal:
+    """The kind of a 403 on ``pods/resize`` or a pod create. ``message`` is the Status message (the API server
+    prefixes it with 'pods "name" is forbidden: '); ``cause_types`` its ``details.causes[].type``."""
+    if "NodeCapacity" in set(cause_types):
+        return Refusal.ABOVE_ALLOCATABLE
+    _, _, reason = message.partition("is forbidden: ")
+    reason = (reason or message).strip()
+    if reason.startswith(_QUOTA_PREFIXES):
+        return Refusal.QUOTA
+    if reason.startswith("node didn't have enough allocatable resources"):
+        return Refusal.ABOVE_ALLOCATABLE  # a 1.36+ server that lost the cause type on the way (a proxy)
+    return Refusal.OTHER
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerFeatures:
+    """What the API server's version gives the updater (``features_for``)."""
+
+    resize_subresource: bool
+    """``pods/resize`` exists (1.32+)."""
+    resize_validator: bool
+    """PodResizeValidator refuses a target above the node's allocatable with a 403 (1.36+); before, the kubelet
+    marks it Infeasible. Either way it goes to the fallback; the planner's message says which answer to expect."""
+    pod_level_resize: bool
+    """KEP-5419 in-place pod-level resize, beta and on by default (1.36+)."""
+    deferred_above_allocatable: bool
+    """A resize that passed the API server but does not fit the kubelet's view is Deferred, never Infeasible
+    (1.36+): it is waited for, bounded by the Deferred timeout, then handed to the fallback."""
+
+
+def features_for(major: int, minor: int) -> ServerFeatures:
+    version = (major, minor)
+    return ServerFeatures(resize_subresource=version >= (1, 32), resize_validator=version >= (1, 36),
+                          pod_level_resize=version >= (1, 36), deferred_above_allocatable=version >= (1, 36))
+
+
+def above_allocatable_answer(features: ServerFeatures) -> str:
+    """How the server answers a resize above the node's allocatable, for the planner's message."""
+    if features.resize_validator:
+        return "the API server refuses it (403, PodResizeValidator, 1.36+)"
+    return "the kubelet marks it Infeasible (up to 1.35)"
