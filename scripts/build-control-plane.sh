@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Build a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) from the Go module proxy, and cache the binaries outside the work tree.
+# kube-scheduler) and kubectl from the Go module proxy, and cache the binaries outside the work tree.
 #
 # Why a wrapper module: k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them
 # with local replace directives, which Go ignores in a dependency. So we create a throwaway module
 # that replaces every staging module named in the release's own go.mod with its published v0.X.Y tag.
+#
+# The same wrapper module also builds hollow-node, our kubelet main in tests/hollownode (copied into the
+# wrapper as package ./hollownode); its cached binary is keyed on a hash of those sources, so an edit
+# rebuilds it, and bin/hollow-node links to the current one.
 #
 # Usage: scripts/build-control-plane.sh [--print-dir]
 #   K8S_MINOR      Kubernetes minor to build (default 1.37; the newest patch on the proxy is used)
@@ -14,6 +18,7 @@
 # Prints the directory holding the binaries on its last line.
 set -euo pipefail
 
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_ROOT="${PODTAILOR_CACHE:-$HOME/.cache/podtailor}"
 K8S_MINOR="${K8S_MINOR:-1.37}"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -48,8 +53,19 @@ BIN="$OUT/bin"
 ETCD_OUT="$CACHE_ROOT/etcd-${ETCD_VERSION}/bin"
 mkdir -p "$BIN" "$ETCD_OUT"
 
+# Commands of k8s.io/kubernetes/cmd built into $BIN; any missing one is built.
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+HOLLOW_SRC="$REPO_ROOT/tests/hollownode"
+HOLLOW_HASH=$(cd "$HOLLOW_SRC" && cat $(ls *.go | sort) | sha256sum | cut -c1-16)
+HOLLOW_BIN="$BIN/hollow-node-${HOLLOW_HASH}"
+
+missing_cmds() {
+  local c
+  for c in "${K8S_CMDS[@]}"; do [[ -x "$BIN/$c" ]] || echo "$c"; done
+}
+
 have_all() {
-  [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" && -x "$BIN/kube-scheduler" && -x "$ETCD_OUT/etcd" ]]
+  [[ -z "$(missing_cmds)" && -x "$HOLLOW_BIN" && -x "$ETCD_OUT/etcd" ]]
 }
 
 if ! [[ -x "$ETCD_OUT/etcd" ]]; then
@@ -62,10 +78,18 @@ if ! [[ -x "$ETCD_OUT/etcd" ]]; then
   log "etcd built: $("$ETCD_OUT/etcd" --version | head -1)"
 fi
 
-if ! [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" && -x "$BIN/kube-scheduler" ]]; then
-  staging_ver="v0.${K8S_VERSION#v1.}"
-  log "building Kubernetes ${K8S_VERSION} (staging modules ${staging_ver}); a cold build takes 10-30 minutes on 2 cores"
-  wd="$CACHE_ROOT/work/k8s-${K8S_VERSION}"; rm -rf "$wd"; mkdir -p "$wd"; cd "$wd"
+WRAPPER="$CACHE_ROOT/work/k8s-${K8S_VERSION}"
+staging_ver="v0.${K8S_VERSION#v1.}"
+minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+ld=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
+  ld+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+done
+
+prepare_wrapper() {  # (re)create the wrapper module unless a complete one for this version is there
+  if [[ -f "$WRAPPER/.ready" ]]; then cd "$WRAPPER"; return; fi
+  rm -rf "$WRAPPER"; mkdir -p "$WRAPPER"; cd "$WRAPPER"
   go mod init local/k8sbins >/dev/null 2>&1
   go mod edit -go=1.26.0 -godebug=default=go1.26
   log "step 1/4: reading the staging module list from k8s.io/kubernetes@${K8S_VERSION}'s go.mod"
@@ -78,27 +102,29 @@ if ! [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" && -x "$BI
   for m in "${staging[@]}"; do args+=("-replace=${m}=${m}@${staging_ver}"); done
   go mod edit "${args[@]}"
   log "step 3/4: resolving dependencies (downloads ~1 GB of modules on a cold cache)"
-  cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
+  write_tools || true
   go get "k8s.io/kubernetes@${K8S_VERSION}" >&2 || die "go get k8s.io/kubernetes@${K8S_VERSION} failed"
   go mod tidy -e >&2 || true
-  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  ld=""
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
-    ld+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  done
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
-    [[ -x "$BIN/$cmd" ]] && continue
+  touch .ready
+}
+
+write_tools() {  # tools.go imports every command in K8S_CMDS, so go.mod/go.sum cover them all
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in "${K8S_CMDS[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'
+  } > tools.go.new
+  if cmp -s tools.go.new tools.go; then rm tools.go.new; return 1; fi
+  mv tools.go.new tools.go
+}
+
+mapfile -t todo < <(missing_cmds)
+if (( ${#todo[@]} )); then
+  log "building Kubernetes ${K8S_VERSION} (staging modules ${staging_ver}): ${todo[*]}; a cold build takes 10-30 minutes on 2 cores"
+  # A wrapper left by an older version of this script has no .ready marker; it is rebuilt from scratch.
+  prepare_wrapper
+  if write_tools; then go mod tidy -e >&2 || true; fi  # a command added to K8S_CMDS since the wrapper was made
+  for cmd in "${todo[@]}"; do
     log "step 4/4: compiling ${cmd}"
     go build -trimpath -ldflags "-s -w ${ld}" -o "$BIN/${cmd}.tmp" "k8s.io/kubernetes/cmd/${cmd}" >&2 \
       || die "building ${cmd} failed (see the go output above)"
@@ -106,6 +132,20 @@ GO
   done
   log "kubernetes built: $("$BIN/kube-apiserver" --version)"
 fi
+
+if ! [[ -x "$HOLLOW_BIN" ]]; then
+  log "building hollow-node ${HOLLOW_HASH} (kubelet ${K8S_VERSION} over the CRI fake runtime) from tests/hollownode"
+  [[ -f "$WRAPPER/go.mod" && ! -f "$WRAPPER/.ready" ]] && touch "$WRAPPER/.ready"  # made by the old script: complete
+  prepare_wrapper
+  rm -rf hollownode; mkdir hollownode; cp "$HOLLOW_SRC"/*.go hollownode/
+  go mod tidy -e >&2 || true
+  go build -trimpath -ldflags "-s -w ${ld}" -o "$HOLLOW_BIN.tmp" ./hollownode >&2 \
+    || die "building hollow-node failed (see the go output above)"
+  mv "$HOLLOW_BIN.tmp" "$HOLLOW_BIN"
+  find "$BIN" -maxdepth 1 -name 'hollow-node-*' ! -name "hollow-node-${HOLLOW_HASH}" -delete
+  log "hollow-node built"
+fi
+ln -sf "$(basename "$HOLLOW_BIN")" "$BIN/hollow-node"
 
 have_all || die "binaries missing after build"
 ln -sf "$ETCD_OUT/etcd" "$BIN/etcd"

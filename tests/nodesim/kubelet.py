@@ -1,18 +1,25 @@
 """The node simulator: a kubelet 1.37 stand-in for many simulated nodes at once.
 
-Owns the live loop: it registers the nodes of each pool (``nodes.py``), watches pods bound to them and
-runs them (``podstate.py``), implements in-place resize as kubelet 1.37 does (``resize.py``: generation
-change -> Infeasible / Deferred / allocated; ``PodResizeInProgress`` for ``actuation_delay_s``; restart
-counts for ``RestartContainer``; Error for a memory limit below usage; deferred resizes retried when a pod
-is added, changed or removed, when a resize completes, and every ``deferred_retry_s``, in kubelet's
-priority order), drives usage from per-container models (annotation ``nodesim.podtailor.io/usage``) on a
-clock that may run faster than real time, OOM-kills a container whose usage passes its memory limit,
-throttles CPU at the limit, and serves cAdvisor and kube-state-metrics style series on ``/metrics``.
+Owns the live loop: it registers the nodes of each pool (``nodes.py``), watches pods bound to them and runs
+them (``podstate.py``), implements in-place resize as kubelet 1.37 does (``resize.py``: generation change ->
+Infeasible (a Guaranteed pod's CPU under the static CPU Manager) / Deferred / allocated, decided against the
+allocatable last published in the Node status; ``PodResizeInProgress`` for ``actuation_delay_s``; restart
+counts for ``RestartContainer``; Error for a memory limit below usage, with nothing of that resize applied;
+deferred resizes retried, with their message refreshed, when a pod is resized, removed or terminates, when a
+pod's actuated requests go down, and every ``deferred_retry_s``, in kubelet's priority order, as kubelet 1.37
+does), drives usage from per-container models (annotation ``nodesim.podtailor.io/usage``) on a clock that may
+run faster than real time, OOM-kills a container whose usage passes its memory limit, throttles CPU at the
+limit, and serves cAdvisor and kube-state-metrics style series on ``/metrics``.
 
 Counters on ``/metrics`` are physical: usage sampled at simulated time is integrated over wall time, so
 ``rate()`` in Prometheus gives the modelled cores. Differences from kubelet: no probes, images, volumes or
-networking; kubelet admission checks only pods/cpu/memory; a restart for a resize records ``lastState``
-``Completed`` (exit 0); OOM back-off starts at ``crash_backoff_s`` and doubles up to 300 s.
+networking; kubelet admission checks only pods/cpu/memory; pod-level resources (``spec.resources``) are
+not modelled (neither decided nor reported in ``status.resources``/``allocatedResources``; the conformance
+suite covers them on real kubelets only); a restart for a resize records ``lastState``
+``Completed`` (exit 0); OOM back-off starts at ``crash_backoff_s`` and doubles up to 300 s. The
+conformance suite (``tests/conformance``) runs the resize scenarios here and on real kubelets; it found
+and fixed Infeasible above allocatable (now Deferred), retries on pod additions and on every completed
+resize (kubelet retries on neither), stale Deferred messages and the memory-decrease message.
 """
 
 from __future__ import annotations
@@ -37,9 +44,12 @@ from tests.nodesim.resize import (
     NodeCapacity,
     PendingResize,
     PodResources,
+    ResizeDecision,
     ResizeOutcome,
     containers_to_restart,
     decide_resize,
+    infeasible_message,
+    memory_decrease_message,
     memory_limit_error,
     retry_pending,
 )
@@ -172,8 +182,10 @@ class NodeSimulator:
             self._write_node_status(self.nodes[name])
 
     def set_allocatable(self, name: str, *, cpu_millicores: int, memory_bytes: int, report: bool = True) -> None:
-        """Reconfigure what the node's kubelet enforces. ``report=False`` keeps the API's copy stale, as in
-        the window before the kubelet's next node-status update (up to 10 s on a real node)."""
+        """Reconfigure the node's allocatable. ``report=False`` delays publishing it, as in the window before
+        the kubelet's next node-status update (up to 10 s on a real node); like the kubelet, which admits
+        against the Node object from its informer (``lifecycle/predicate.go`` Admit, ``getNodeAnyWayFunc``),
+        the simulator keeps deciding with the published value until then."""
         with self.lock:
             node = self.nodes[name]
             node.allocatable = NodeCapacity(cpu_millicores=cpu_millicores, memory_bytes=memory_bytes,
@@ -200,6 +212,15 @@ class NodeSimulator:
             sim_pod = self.pods.get(f"{namespace}/{pod}")
             if sim_pod and container in sim_pod.containers:
                 sim_pod.containers[container].model = model
+
+    def oom_kill(self, namespace: str, pod: str, container: str) -> None:
+        """OOM-kill a running container now, whatever its usage (the hollow node's /oom hook does the same)."""
+        with self.lock:
+            sim_pod = self.pods.get(f"{namespace}/{pod}")
+            if sim_pod is None or container not in sim_pod.containers or not sim_pod.containers[container].running:
+                raise KeyError(f"no running container {namespace}/{pod}/{container} on this simulator")
+            self._oom_kill(sim_pod, sim_pod.containers[container], time.monotonic(), now_rfc3339())
+            self._write(sim_pod, self.nodes[sim_pod.node])
 
     def pod(self, namespace: str, name: str) -> SimPod | None:
         with self.lock:
@@ -278,8 +299,11 @@ class NodeSimulator:
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             pod.deleting = True
             pod.delete_at = time.monotonic() + min(grace, self.config.termination_s)
+        was_ready, pod.gates = pod.ready(), _gates(obj)
         if int(meta.get("generation", 1)) > pod.observed_generation and not pod.deleting:
             self._on_spec_change(pod, obj)
+        elif not pod.deleting and was_ready != pod.ready() and self.nodes[pod.node].heartbeat:
+            self._write(pod, self.nodes[pod.node])  # a readiness gate's condition changed: Ready follows
         elif not pod.deleting and self.nodes[pod.node].heartbeat and _api_ready(obj) != pod.ready():
             # Like kubelet's status manager: someone else (the node controller) changed the pod's readiness in
             # the API; the kubelet's own view wins again once it can write.
@@ -342,6 +366,7 @@ class NodeSimulator:
                      observed_generation=int(meta.get("generation", 1)), start_time=now)
         pod.init_completed = [self._completed_init(c, now) for c in spec.get("initContainers") or []
                               if c.get("restartPolicy") != "Always"]
+        pod.gates = _gates(obj)
         pod.desired = pod.allocated()
         others = list(self._node_pods(node.name))
         reject = self._admission_error(node, pod, others)
@@ -351,13 +376,14 @@ class NodeSimulator:
         self.pods[pod.key] = pod
         self.by_node[node.name].add(pod.key)
         self._write(pod, node)
-        self._retry_deferred(node, "pod added")
+        # No retry of deferred resizes here: kubelet 1.37's HandlePodAdditions retries only resizes it
+        # backfills at start, not when a new pod is admitted.
 
     def _admission_error(self, node: SimNode, pod: SimPod, others: list[SimPod]) -> tuple[str, str] | None:
         if len(others) + 1 > node.pool.max_pods:
             return "OutOfpods", "Pod was rejected: Node didn't have enough resource: pods"
         empty = PodResources(uid=pod.uid, containers=())
-        decision = decide_resize(node.capacity, pod.allocated(), empty, [p.allocated() for p in others])
+        decision = decide_resize(node.enforced, pod.allocated(), empty, [p.allocated() for p in others])
         if decision.outcome is ResizeOutcome.ACCEPT:
             return None
         resource = decision.message.split(":", 2)[1].split(",")[0].strip()
@@ -388,7 +414,9 @@ class NodeSimulator:
             pod.pending = None
         else:
             others = [p.allocated() for p in self._node_pods(node.name, exclude=pod.key)]
-            decision = decide_resize(node.capacity, desired, current, others)
+            infeasible = infeasible_message(node.pool.cpu_manager_policy, desired, current)
+            decision = (ResizeDecision(outcome=ResizeOutcome.INFEASIBLE, message=infeasible) if infeasible
+                        else decide_resize(node.enforced, desired, current, others))
             if decision.outcome is ResizeOutcome.ACCEPT:
                 self._allocate(pod, desired)
             else:
@@ -416,13 +444,20 @@ class NodeSimulator:
         if not pending:
             return
         allocated = {p.uid: p.allocated() for p in self._node_pods(node.name)}
-        result = retry_pending(node.capacity, pending, allocated)
+        result = retry_pending(node.enforced, pending, allocated)
         by_uid = {p.uid: p for p in self._node_pods(node.name)}
         for item in result.accepted:
             pod = by_uid[item.uid]
             log.info("deferred resize accepted", extra={"pod": pod.key, "trigger": trigger})
             self._allocate(pod, item.desired)
             self._write(pod, node)
+        # The kubelet re-decides every pending resize on a retry and writes the new message (same reason,
+        # same lastTransitionTime).
+        for item, decision in result.still_pending:
+            pod = by_uid[item.uid]
+            if pod.pending is not None and pod.pending.message != decision.message:
+                pod.pending = replace(pod.pending, message=decision.message)
+                self._write(pod, node)
 
     def _actuate(self, pod: SimPod) -> None:
         node = self.nodes[pod.node]
@@ -431,27 +466,34 @@ class NodeSimulator:
         policies = {c.name: c.policy for c in pod.containers.values()}
         restart = containers_to_restart(old, new, policies)
         errors, now = [], now_rfc3339()
+        pod_usage = sum(c.memory_working_set_bytes for c in pod.containers.values() if c.running)
         for c in pod.containers.values():
             if c.actual == c.allocated:
                 continue
             err = memory_limit_error(c.actual, c.allocated.memory_limit_bytes, c.memory_working_set_bytes,
-                                     restart_policy=c.policy.get("memory", "NotRequired"))
+                                     restart_policy=c.policy.get("memory", "NotRequired"),
+                                     reported_usage_bytes=pod_usage)
             if err is not None:
                 errors.append(err)
-                continue
-            c.actual = c.allocated
-            if c.name in restart:
-                c.restart(now, "Completed", 0)
+        if not errors:  # kubelet validates the whole resize first (validatePodResizeAction), then applies it
+            for c in pod.containers.values():
+                if c.actual != c.allocated:
+                    c.actual = c.allocated
+                    if c.name in restart:
+                        c.restart(now, "Completed", 0)
         if errors:
             assert pod.in_progress is not None
-            pod.in_progress = replace(pod.in_progress, reason="Error", message="; ".join(errors))
+            pod.in_progress = replace(pod.in_progress, reason="Error", message=memory_decrease_message(errors))
             pod.actuate_at = time.monotonic() + self.config.error_retry_s
         else:
             pod.in_progress, pod.actuate_at = None, None
             self.resizes_actuated += 1
         self._write(pod, node)
-        if not errors:
-            self._retry_deferred(node, "resize completed")
+        if not errors and (new.cpu_request_millicores < old.cpu_request_millicores
+                           or new.memory_request_bytes < old.memory_request_bytes):
+            # HandlePodReconcile retries pending resizes when a pod's actuated requests went down
+            # (TriggerReasonPodResized), not after every completed resize.
+            self._retry_deferred(node, "pod resized down")
 
     # -- time ------------------------------------------------------------------------------------------
     def _tick_loop(self) -> None:
@@ -610,6 +652,13 @@ class NodeSimulator:
             nodes = tuple(cadvisor.NodeSnapshot(node=n.name, labels=n.labels()) for n in self.nodes.values())
             return cadvisor.ClusterSnapshot(containers=tuple(containers), pods=tuple(pods),
                                             replicasets=self.replicasets, nodes=nodes)
+
+
+def _gates(obj: Obj) -> dict[str, bool]:
+    """Each ``spec.readinessGates`` condition type -> whether the pod's condition of that type is True."""
+    conditions = {c.get("type"): c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []}
+    return {g["conditionType"]: conditions.get(g["conditionType"], False)
+            for g in (obj.get("spec") or {}).get("readinessGates") or [] if g.get("conditionType")}
 
 
 def _api_ready(obj: Obj) -> bool:

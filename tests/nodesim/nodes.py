@@ -46,10 +46,14 @@ class NodePool:
     label_keys: tuple[str, ...] = (POOL_LABEL_KEYS["podtailor"],)
     """Which node-pool label keys to set (see POOL_LABEL_KEYS)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
+    cpu_manager_policy: str = "none"
+    """The kubelet's CPU Manager policy: ``static`` makes a Guaranteed pod's CPU resize Infeasible."""
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.cpu_millicores <= 0 or self.memory_bytes <= 0 or self.max_pods <= 0:
             raise ValueError(f"node pool {self.name!r}: count, cpu, memory and pods must be positive")
+        if self.cpu_manager_policy not in ("none", "static"):
+            raise ValueError(f"node pool {self.name!r}: cpu_manager_policy must be none or static")
 
 
 def now_rfc3339() -> str:
@@ -73,7 +77,7 @@ class SimNode:
     transitions: dict[str, str] = field(default_factory=dict)
     next_pod_ip: int = 1
     allocatable: NodeCapacity | None = None
-    """What the kubelet enforces; starts as the pool's size (see ``capacity``)."""
+    """The kubelet's configured allocatable; starts as the pool's size (see ``capacity``)."""
     reported: NodeCapacity | None = None
     """What the node status last told the API server; lags ``allocatable`` when a change is not reported."""
 
@@ -85,11 +89,17 @@ class SimNode:
         return self.allocatable
 
     @property
+    def enforced(self) -> NodeCapacity:
+        """What admission and resizes are decided against: the allocatable last published in the Node status
+        (kubelet 1.37 admits against its informer's Node object), else the configured one."""
+        return self.reported if self.reported is not None else self.capacity
+
+    @property
     def address(self) -> str:
         return f"127.1.{self.index // 250}.{self.index % 250 + 1}"
 
     def allocate_pod_ip(self) -> str:
-        ip = f"127.{2 + self.index // 256}.{self.index % 256}.{self.next_pod_ip}"
+        ip = f"10.{2 + self.index // 256}.{self.index % 256}.{self.next_pod_ip}"
         self.next_pod_ip = self.next_pod_ip % 254 + 1
         return ip
 

@@ -148,6 +148,8 @@ class SimPod:
     deleting: bool = False
     delete_at: float = 0.0
     resize_trigger: str = ""
+    gates: dict[str, bool] = field(default_factory=dict)
+    """``spec.readinessGates`` condition types -> whether that condition is True in the API now (absent: False)."""
 
     @property
     def key(self) -> str:
@@ -157,8 +159,13 @@ class SimPod:
         return PodResources(uid=self.uid, priority=self.priority,
                             containers=tuple(c.allocated for c in self.containers.values()))
 
-    def ready(self) -> bool:
+    def containers_ready(self) -> bool:
         return self.phase == "Running" and all(c.running for c in self.containers.values())
+
+    def ready(self) -> bool:
+        """Like kubelet's ``GeneratePodReadyCondition`` (pkg/kubelet/status/generate.go): containers ready and
+        every readiness gate's condition True."""
+        return self.containers_ready() and all(self.gates.values())
 
     def status_patch(self, host_ip: str) -> Obj:
         now = self.start_time
@@ -166,7 +173,8 @@ class SimPod:
         conditions: list[Obj] = [
             {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True" if self.containers_ready() else "False",
+             "lastTransitionTime": now},
             {"type": "Ready", "status": ready, "lastTransitionTime": now},
         ]
         for ctype, cond in (("PodResizePending", self.pending), ("PodResizeInProgress", self.in_progress)):

@@ -1,11 +1,15 @@
-"""Kubelet 1.37 in-place resize admission as pure functions: feasibility, deferral, retry order, restarts.
+"""Kubelet 1.37 in-place resize admission as pure functions: fit, deferral, retry order, restarts, memory checks.
 
 This module owns the resource value types (node allocatable, container and pod resources, QoS class) and
-the decisions the allocation manager makes: Infeasible when the pod's desired requests exceed the node's
-allocatable (message from the resize admit handler, which reports memory when memory is over, else cpu);
-Deferred when the scheduler-style fit check against the other pods' allocated requests fails (message of
-``lifecycle.InsufficientResourceError``; pods, then cpu, then memory, first failure wins); the 1.34+
-deferred-queue order; atomic retries; restart classification; and the 1.34+ memory-limit-decrease check.
+the decisions the allocation manager makes, as the conformance suite (``tests/conformance``) checked them
+against kubelet v1.37.2: a resize that does not fit the node's allocatable beside the other pods' allocated
+requests is Deferred with the message of ``lifecycle.InsufficientResourceError`` (pods, then cpu, then
+memory, first failure wins), also when it exceeds the whole allocatable (since 1.36 the API server refuses
+that with a 403 when it knows; the kubelet's old Infeasible capacity check, ``canResizePod``, is gone); the
+1.34+ deferred-queue order; atomic retries; restart classification; and the memory-limit-decrease check
+with its message. Infeasible in 1.37 comes only from the resize admit handler's rules
+(``pkg/kubelet/allocation/handlers.go``: static CPU/Memory Manager with Guaranteed pods, swap, pod-level
+resize off, memory-backed volumes); the simulator models the static CPU Manager one (``infeasible_message``).
 Differences from kubelet: only cpu and memory exist (no extended resources, pod overhead, pod-level
 resources, init containers, static CPU/memory manager, swap or static-pod rules); a pod's request is the
 plain sum over its containers (kubelet also takes max with init containers and, for the pod under
@@ -30,6 +34,8 @@ __all__ = [
     "RetryResult",
     "containers_to_restart",
     "decide_resize",
+    "infeasible_message",
+    "memory_decrease_message",
     "memory_limit_error",
     "order_pending",
     "retry_pending",
@@ -155,15 +161,6 @@ def _resources_equal(a: PodResources, b: PodResources) -> bool:
     return sorted(a.containers, key=lambda c: c.name) == sorted(b.containers, key=lambda c: c.name)
 
 
-def _infeasible_message(node: NodeCapacity, pod: PodResources) -> str | None:
-    cpu, memory = pod.cpu_request_millicores, pod.memory_request_bytes
-    if memory > node.memory_bytes:
-        return f"Node didn't have enough capacity: memory, requested: {memory}, capacity: {node.memory_bytes}"
-    if cpu > node.cpu_millicores:
-        return f"Node didn't have enough capacity: cpu, requested: {cpu}, capacity: {node.cpu_millicores}"
-    return None
-
-
 def _insufficient(resource: str, requested: int, used: int, capacity: int) -> str:
     return (f"Node didn't have enough resource: {resource}, requested: {requested}, "
             f"used: {used}, capacity: {capacity}")
@@ -191,14 +188,23 @@ def decide_resize(
     """Decide one resize atomically. ``others_allocated`` must not contain the pod itself (it is dropped)."""
     if _resources_equal(pod_desired, pod_allocated):
         return ResizeDecision(outcome=ResizeOutcome.ACCEPT)
-    infeasible = _infeasible_message(node, pod_desired)
-    if infeasible is not None:
-        return ResizeDecision(outcome=ResizeOutcome.INFEASIBLE, message=infeasible)
     others = [p for p in others_allocated if p.uid != pod_desired.uid]
     deferred = _fit_message(node, pod_desired, others)
     if deferred is not None:
         return ResizeDecision(outcome=ResizeOutcome.DEFERRED, message=deferred)
     return ResizeDecision(outcome=ResizeOutcome.ACCEPT)
+
+
+def infeasible_message(cpu_manager_policy: str, desired: PodResources, allocated: PodResources) -> str | None:
+    """The resize admit handler's Infeasible rule the simulator models (``pkg/kubelet/allocation/handlers.go``
+    Admit, with InPlacePodVerticalScalingExclusiveCPUs off as by default in 1.37): a Guaranteed pod whose CPU
+    requests change on a node with the static CPU Manager policy."""
+    if cpu_manager_policy != "static" or desired.qos_class is not QOSClass.GUARANTEED:
+        return None
+    before = {c.name: c.effective_cpu_request_millicores for c in allocated.containers}
+    if all(before.get(c.name) == c.effective_cpu_request_millicores for c in desired.containers):
+        return None
+    return 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"'
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,15 +312,15 @@ def memory_limit_error(
     usage_bytes: int,
     *,
     restart_policy: str = NOT_REQUIRED,
+    reported_usage_bytes: int | None = None,
 ) -> str | None:
-    """The PodResizeInProgress/Error text when a NotRequired memory-limit decrease is below usage.
+    """One container's error when a NotRequired memory-limit decrease is not below its usage, else None.
 
-    ``container`` holds the currently actuated resources. Kubelet (1.34+, ``validateMemoryResizeAction``)
-    only checks decreases (including adding a limit to an unlimited container), refuses when
-    usage >= new limit, and formats ``attempting to set container %q memory limit (%d) below current usage
-    (%d)``. Text source: the code quoted in kubernetes/kubernetes PR #141100 (Aug 2026), which fixes that
-    message to report the container's usage instead of the pod's. Not verified: how the kubelet wraps this
-    error when it copies it into the condition message; a resize failing several checks joins them.
+    ``container`` holds the currently actuated resources. Kubelet v1.37.2 (``validateMemoryResizeAction``,
+    ``kuberuntime_manager.go``) only checks decreases (including adding a limit to an unlimited container),
+    refuses when the container's usage >= the new limit, and formats ``attempting to set container %q
+    memory limit (%d) below current usage (%d)`` with the *pod's* usage (``reported_usage_bytes``; the
+    container's when not given), an upstream slip the conformance suite saw on a real kubelet.
     """
     if restart_policy not in _RESTART_POLICIES:
         raise ValueError(f"unknown resize restartPolicy {restart_policy!r}")
@@ -325,5 +331,15 @@ def memory_limit_error(
         return None
     if usage_bytes < new_limit_bytes:
         return None
+    shown = usage_bytes if reported_usage_bytes is None else reported_usage_bytes
     return (f'attempting to set container "{container.name}" memory limit ({new_limit_bytes}) '
-            f"below current usage ({usage_bytes})")
+            f"below current usage ({shown})")
+
+
+def memory_decrease_message(errors: Sequence[str]) -> str:
+    """The PodResizeInProgress/Error message for the errors of one resize: ``cannot decrease memory limits:``
+    and one error, or several as Go's ``utilerrors.NewAggregate`` prints them (``[a, b]``)."""
+    if not errors:
+        raise ValueError("no errors to report")
+    body = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+    return f"cannot decrease memory limits: {body}"

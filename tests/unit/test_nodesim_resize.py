@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from tests.nodesim.resize import (
     ResizeOutcome,
     containers_to_restart,
     decide_resize,
+    infeasible_message,
+    memory_decrease_message,
     memory_limit_error,
     order_pending,
     retry_pending,
@@ -42,19 +45,18 @@ def test_qos_class() -> None:
     assert PodResources(uid="e", containers=mixed).qos_class is QOSClass.BURSTABLE
 
 
-def test_infeasible_cpu_message() -> None:
+def test_above_the_whole_allocatable_is_deferred_not_infeasible() -> None:
+    # kubelet 1.36+ dropped canResizePod's Infeasible capacity check; the fit check defers instead
+    # (seen on a real kubelet v1.37.2 by tests/conformance).
     decision = decide_resize(NODE, pod("p", 5000, GI), pod("p", 1000, GI), [])
-    assert decision.outcome is ResizeOutcome.INFEASIBLE
-    assert decision.reason == "Infeasible"
-    assert decision.message == "Node didn't have enough capacity: cpu, requested: 5000, capacity: 4000"
+    assert decision.outcome is ResizeOutcome.DEFERRED
+    assert decision.reason == "Deferred"
+    assert decision.message == "Node didn't have enough resource: cpu, requested: 5000, used: 0, capacity: 4000"
 
 
-def test_infeasible_memory_reported_when_both_exceed() -> None:
-    # kubelet: `if memRequests > memAvailable { memory message } else { cpu message }`
+def test_cpu_reported_before_memory_when_both_exceed() -> None:
     decision = decide_resize(NODE, pod("p", 5000, 9 * GI), pod("p", 1000, GI), [])
-    assert decision.message == (
-        "Node didn't have enough capacity: memory, requested: 9663676416, capacity: 8589934592"
-    )  # 9 * 2**30 and 8 * 2**30
+    assert decision.message == "Node didn't have enough resource: cpu, requested: 5000, used: 0, capacity: 4000"
 
 
 def test_deferred_message_uses_others_allocated() -> None:
@@ -97,7 +99,7 @@ def test_requests_default_to_limits_in_admission() -> None:
     desired = PodResources(uid="p", containers=(
         ContainerResources(name="c", cpu_limit_millicores=4500, memory_limit_bytes=GI),))
     decision = decide_resize(NODE, desired, pod("p", 1000, GI), [])
-    assert decision.message == "Node didn't have enough capacity: cpu, requested: 4500, capacity: 4000"
+    assert decision.message == "Node didn't have enough resource: cpu, requested: 4500, used: 0, capacity: 4000"
 
 
 def pending(uid: str, old_cpu: int, new_cpu: int, *, priority: int = 0, guaranteed: bool = False,
@@ -171,6 +173,17 @@ def test_memory_limit_error() -> None:
     assert memory_limit_error(c, GI, 5 * GI, restart_policy="RestartContainer") is None
     unlimited = ContainerResources(name="app")
     assert memory_limit_error(unlimited, GI, 2 * GI) is not None  # adding a limit is a decrease
+    # The message prints the pod's usage when given (kubelet v1.37.2's slip), the check uses the container's.
+    assert memory_limit_error(c, GI, GI, reported_usage_bytes=3 * GI) == (
+        'attempting to set container "app" memory limit (1073741824) below current usage (3221225472)')
+    assert memory_limit_error(c, GI, GI - 1, reported_usage_bytes=3 * GI) is None
+
+
+def test_memory_decrease_message_joins_errors_as_go_aggregates_do() -> None:
+    assert memory_decrease_message(["a"]) == "cannot decrease memory limits: a"
+    assert memory_decrease_message(["a", "b"]) == "cannot decrease memory limits: [a, b]"
+    with pytest.raises(ValueError):
+        memory_decrease_message([])
 
 
 _pods = st.builds(
@@ -214,3 +227,20 @@ def test_retry_pending_never_overcommits(raw: list[tuple[int, int, int, int]]) -
     if before_cpu <= NODE.cpu_millicores and before_mem <= NODE.memory_bytes:
         assert after_cpu <= NODE.cpu_millicores and after_mem <= NODE.memory_bytes
     assert len(result.accepted) + len(result.still_pending) == len(items)
+
+
+def test_infeasible_only_for_a_guaranteed_cpu_change_under_the_static_cpu_manager() -> None:
+    g = PodResources(uid="g", containers=(ContainerResources(
+        name="c", cpu_request_millicores=1000, cpu_limit_millicores=1000, memory_request_bytes=GI,
+        memory_limit_bytes=GI),))
+    g_cpu = PodResources(uid="g", containers=(ContainerResources(
+        name="c", cpu_request_millicores=2000, cpu_limit_millicores=2000, memory_request_bytes=GI,
+        memory_limit_bytes=GI),))
+    g_mem = PodResources(uid="g", containers=(ContainerResources(
+        name="c", cpu_request_millicores=1000, cpu_limit_millicores=1000, memory_request_bytes=2 * GI,
+        memory_limit_bytes=2 * GI),))
+    message = 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"'
+    assert infeasible_message("static", g_cpu, g) == message
+    assert infeasible_message("static", g_mem, g) is None
+    assert infeasible_message("none", g_cpu, g) is None
+    assert infeasible_message("static", pod("b", 2000, GI), pod("b", 1000, GI)) is None  # Burstable

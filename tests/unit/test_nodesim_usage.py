@@ -24,7 +24,7 @@ from tests.nodesim.usage import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BITBRAINS = REPO_ROOT.parent / "shared" / "traces" / "bitbrains_rnd_2013-08.csv.gz"
+BITBRAINS = REPO_ROOT / "tests" / "data" / "traces" / "bitbrains_rnd_2013-08_demo.csv.gz"
 DAY = 86400.0
 
 
@@ -156,7 +156,6 @@ def test_trace_errors(tmp_path: Path) -> None:
         load_trace_series(path, "nope")
 
 
-@pytest.mark.skipif(not BITBRAINS.is_file(), reason=f"shared trace {BITBRAINS} is not present")
 def test_bitbrains_first_sample() -> None:
     model = TraceReplay.load(BITBRAINS, "bb-rnd-2013-08-1")
     assert model.series.first_timestamp_s == 1375308176.0

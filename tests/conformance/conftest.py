@@ -1,0 +1,78 @@
+"""Fixtures of the conformance suite: ``backend`` runs each test once on a real kubelet, once on the simulator.
+
+The real kubelet is one node of the session's ``kubelet_pool``, taken for this test alone: the fixture waits
+until the previous test's pods have left it and restores its allocatable afterwards. The simulated node is a
+fresh simulator with one node of the same size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.conformance.backends import CPU_MILLICORES, MEMORY_BYTES, KubeletBackend, NodeBackend, SimBackend
+from tests.conftest import SimFactory
+from tests.harness.cluster import ClusterState
+from tests.harness.kubelets import KubeletPool
+from tests.nodesim.nodes import NodePool
+from tests.waiting import eventually
+
+_turn = itertools.count()
+
+
+def _take_hollow(pool: KubeletPool, core: client.CoreV1Api) -> KubeletBackend:
+    names = pool.node_names()
+    name = names[next(_turn) % len(names)]
+    selector = f"spec.nodeName={name}"
+    eventually(f"{name} free of earlier tests' pods",
+               lambda: not core.list_pod_for_all_namespaces(field_selector=selector).items, timeout_s=90,
+               interval_s=0.25)
+    return KubeletBackend(hollow=pool.nodes[name])
+
+
+@pytest.fixture(params=["kubelet", "sim"])
+def backend(request: pytest.FixtureRequest, api: client.ApiClient, namespace: str) -> Iterator[NodeBackend]:
+    if request.param == "sim":
+        make_sim: SimFactory = request.getfixturevalue("make_sim")
+        pool = NodePool(name="c", count=1, cpu_millicores=CPU_MILLICORES, memory_bytes=MEMORY_BYTES)
+        yield SimBackend(sim=make_sim(pool, tick_s=0.2, actuation_delay_s=0.2, crash_backoff_s=1.0))
+        return
+    kubelets: KubeletPool = request.getfixturevalue("kubelet_pool")
+    hollow = _take_hollow(kubelets, client.CoreV1Api(api))
+    try:
+        yield hollow
+    finally:
+        hollow.set_allocatable(cpu_millicores=CPU_MILLICORES, memory_bytes=MEMORY_BYTES)
+
+
+@pytest.fixture
+def real_kubelet(api: client.ApiClient, kubelet_pool: KubeletPool, namespace: str) -> Iterator[KubeletBackend]:
+    """A real kubelet only, for the scenarios the simulator cannot follow (said in its docstring)."""
+    hollow = _take_hollow(kubelet_pool, client.CoreV1Api(api))
+    try:
+        yield hollow
+    finally:
+        hollow.set_allocatable(cpu_millicores=CPU_MILLICORES, memory_bytes=MEMORY_BYTES)
+
+
+@pytest.fixture(params=["kubelet", "sim"])
+def static_cpu_backend(request: pytest.FixtureRequest, cluster: ClusterState, namespace: str,
+                       tmp_path: Path) -> Iterator[NodeBackend]:
+    """One node whose kubelet runs the static CPU Manager policy: a real kubelet started for this test (about
+    a second), or a simulator node configured so."""
+    pool = NodePool(name="static", count=1, cpu_millicores=CPU_MILLICORES, memory_bytes=MEMORY_BYTES,
+                    cpu_manager_policy="static")
+    if request.param == "sim":
+        make_sim: SimFactory = request.getfixturevalue("make_sim")
+        yield SimBackend(sim=make_sim(pool, tick_s=0.2, actuation_delay_s=0.2))
+        return
+    kubelets = KubeletPool(cluster=cluster, workdir=tmp_path, pools=(pool,), name_prefix=f"hs{namespace[-6:]}")
+    kubelets.start()
+    try:
+        yield KubeletBackend(hollow=next(iter(kubelets.nodes.values())))
+    finally:
+        kubelets.stop()
