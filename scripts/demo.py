@@ -2,9 +2,10 @@
 simulated nodes), with the real commands a user would run.
 
 It brings up the cluster, three node pools of different machine sizes, a dozen workloads whose usage replays
-series from ../shared/traces/, backfills their history into Prometheus, creates VPA objects and a
-ResizePolicy, then runs: podtailor-recommender once, podtailor-recommender report (table and HTML),
-podtailor-updater plan, and podtailor-updater run (with its admission webhook) until the rollouts settle.
+series of a Bitbrains trace subset committed in tests/data/traces/, backfills their history into Prometheus,
+creates VPA objects and a ResizePolicy, then runs: podtailor-recommender once, podtailor-recommender report
+(table and HTML), podtailor-updater plan, and podtailor-updater run (with its admission webhook) until the
+rollouts settle.
 It prints what happens as it happens and a summary, and leaves the cluster up. ``--fast`` shrinks history
 and bake times for the test that runs this script.
 """
@@ -27,13 +28,23 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client, config  # noqa: E402
 
 from recommender.units import parse_cpu_millicores, parse_memory_bytes  # noqa: E402
+from tests.harness.cluster import kubectl_bin  # noqa: E402
 from tests.harness.process import free_port  # noqa: E402
 
-TRACES = REPO.parent / "shared" / "traces"
-TRACE = "bitbrains_rnd_2013-08.csv.gz"
+TRACES = REPO / "tests" / "data" / "traces"  # the demo's series only; see its README for the attribution
+TRACE = "bitbrains_rnd_2013-08_demo.csv.gz"
 POOL_KEY = "podtailor.io/node-pool"
 NS = "demo"
 Mi = 2**20
+# Printed at the end and shown in the README (block "demo-look-around"), run verbatim by test_demo.
+LOOK_AROUND = (
+    "export KUBECONFIG=$PWD/.cluster/admin.kubeconfig PATH=$PWD/.cluster/bin:$PWD/.venv/bin:$PATH",
+    f"kubectl get vpa -n {NS}",
+    "kubectl get resizerollouts",
+    f"kubectl describe pods -n {NS} -l app=checkout --show-events=true",
+    f"podtailor-updater plan -n {NS} --pool-label {POOL_KEY}",
+    "python -m tests.harness status",
+)
 PRICE_CPU_HOUR, PRICE_GIB_HOUR, HOURS = 0.031611, 0.004237, 730.0  # OpenCost's default prices
 
 
@@ -103,6 +114,7 @@ class Demo:
     # -- setup -------------------------------------------------------------------------------------------
     def cluster(self) -> None:
         subprocess.run([self.py, "-m", "tests.harness", "down"], cwd=REPO, capture_output=True, check=False)
+        self.kubectl = kubectl_bin()  # built with the control plane; linked into .cluster/bin for the hints
         self.metrics_port = free_port()
         say("starting the control plane (etcd, kube-apiserver, controller manager, scheduler) and Prometheus")
         subprocess.run([self.py, "-m", "tests.harness", "up", "--scrape", f"127.0.0.1:{self.metrics_port}"],
@@ -407,14 +419,15 @@ class Demo:
         return result
 
     def goodbye(self) -> None:
-        print(f"""
-The cluster stays up. Look around:
-  export KUBECONFIG={self.kubeconfig}
-  {self.py} -m updater plan -n {NS} --pool-label {POOL_KEY}      # what the updater would do now
-  {self.py} -m tests.harness status
-  ResizeRollout objects hold the journal of every resize (kubectl get resizerollouts -o yaml).
-  HTML report: {getattr(self, 'html', '-')}
-Stop everything:  make demo-down""")
+        bin_dir = self.dir / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        link = bin_dir / "kubectl"
+        link.unlink(missing_ok=True)
+        link.symlink_to(self.kubectl)
+        print("\nThe cluster stays up. Look around (these lines are in the README; test_demo runs them):")
+        for line in LOOK_AROUND:
+            print(f"  {line}")
+        print(f"HTML report: {getattr(self, 'html', '-')}\nStop everything:  make demo-down")
 
 
 def main() -> int:
@@ -422,20 +435,24 @@ def main() -> int:
     parser.add_argument("--fast", action="store_true", help="2 days of history and short bakes (for tests)")
     args = parser.parse_args()
     if not (TRACES / TRACE).exists():
-        print(f"demo: the trace {TRACES / TRACE} is missing (it comes with ../shared/traces/)", file=sys.stderr)
+        print(f"demo: the trace {TRACES / TRACE} is missing from the checkout (git checkout -- tests/data)",
+              file=sys.stderr)
         return 2
     os.environ.setdefault("PYTHONPATH", str(REPO))
     demo = Demo(args)
     t0 = time.monotonic()
-    demo.cluster()
-    demo.workloads()
-    demo.history()
-    demo.objects()
-    demo.recommend()
-    demo.webhook()
-    demo.update()
-    demo.summary()
-    demo.goodbye()
+    steps = [("start the cluster and nodes", demo.cluster), ("deploy the workloads", demo.workloads),
+             ("backfill history", demo.history), ("create VPAs and the policy", demo.objects),
+             ("recommend", demo.recommend), ("start the webhook", demo.webhook), ("update", demo.update),
+             ("summary", demo.summary), ("look-around hints", demo.goodbye)]
+    for name, step in steps:
+        try:
+            step()
+        except (Exception, SystemExit) as err:  # one message naming the step and the logs, not a traceback
+            detail = err if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
+            print(f"demo: step '{name}' failed: {detail}\n  logs: {demo.dir / 'logs'}; "
+                  f"stop what was started with make demo-down", file=sys.stderr)
+            return 1
     print(f"\n(demo took {time.monotonic() - t0:.0f} s)")
     return 0
 

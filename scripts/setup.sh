@@ -9,6 +9,24 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
+CACHE_ROOT="${PODTAILOR_CACHE:-$HOME/.cache/podtailor}"
+LOG_DIR="$CACHE_ROOT/logs"
+
+# build STEP SCRIPT [ARGS]: run one of the repo's cached Go builds. Its whole output goes to
+# $LOG_DIR/STEP.log and only its progress lines to the terminal; a failure names the step and the log.
+# The binary's path (the script's last line) is left in $built.
+build() {
+  local step=$1 script=$2; shift 2
+  local logf="$LOG_DIR/$step.log" out
+  mkdir -p "$LOG_DIR"
+  if ! out=$(bash "$script" "$@" 2> >(tee "$logf" | grep --line-buffered -E '^\[build' >&2)); then
+    sleep 0.2  # let the progress filter finish printing
+    printf '[setup] the last lines of %s:\n' "$logf" >&2; tail -n 15 "$logf" | sed 's/^/    /' >&2
+    die "step '$step' ($script) failed; its whole log is $logf"
+  fi
+  built=$(tail -n 1 <<<"$out")
+}
+
 DEB_PACKAGES=(prometheus chromium)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -18,8 +36,11 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq || die "apt-get update failed"
   # policy-rc.d keeps the package from starting its own Prometheus service: the tests start their own.
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null; $SUDO chmod +x /usr/sbin/policy-rc.d
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-    || { $SUDO rm -f /usr/sbin/policy-rc.d; die "apt-get install ${missing[*]} failed"; }
+  mkdir -p "$LOG_DIR"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    >"$LOG_DIR/apt.log" 2>&1 \
+    || { $SUDO rm -f /usr/sbin/policy-rc.d; tail -n 15 "$LOG_DIR/apt.log" >&2
+         die "step 'Debian packages' (apt-get install ${missing[*]}) failed; its whole log is $LOG_DIR/apt.log"; }
   $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 command -v promtool >/dev/null || die "promtool not found after installing prometheus"
@@ -33,11 +54,21 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [[ ! -f $stamp ]]; then
   log "installing podtailor and its test tools into .venv"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]' || die "pip install failed"
+  mkdir -p "$LOG_DIR"
+  { .venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q -e '.[test]'; } >"$LOG_DIR/pip.log" 2>&1 \
+    || { tail -n 15 "$LOG_DIR/pip.log" >&2; die "step 'virtualenv' (pip install -e '.[test]') failed; its whole log is $LOG_DIR/pip.log"; }
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 
+if ! compgen -G "$CACHE_ROOT/k8s-v${K8S_MINOR:-1.37}.*/bin/hollow-node" >/dev/null; then
+  log "first run: building the Kubernetes control plane, kubectl and the hollow-node kubelet, then Helm,"
+  log "  VictoriaMetrics and Thanos, from the Go module proxy. That took about 27 min on a 2-core machine with"
+  log "  empty caches, and 688 MB of module downloads. It is a one-time cost: the binaries are cached in"
+  log "  $CACHE_ROOT by version, and later runs skip this step."
+fi
 log "control plane: checking the cache (builds from the Go module proxy when missing)"
-bin_dir=$(bash scripts/build-control-plane.sh | tail -1) || die "control plane build failed"
-log "control plane binaries in $bin_dir"
+build control-plane scripts/build-control-plane.sh
+log "control plane binaries in $built"
+build helm scripts/build-helm.sh; log "helm at $built (renders and installs manifests/helm/podtailor in the tests)"
+for tool in victoria-metrics thanos; do  # the Prometheus-compatible backends of tests/integration/test_backends_real.py
+  build "$tool" scripts/build-tools.sh "$tool"; log "$tool at $built"; done

@@ -1,7 +1,8 @@
 """Shared pytest fixtures: one real control plane and one real Prometheus per test session.
 
 Owns the fixtures every integration test uses: ``cluster`` (the state of a private local cluster started
-for this session), ``api`` (a kubernetes ``ApiClient`` with admin credentials), ``namespace`` (a fresh
+for this session), ``kubelet_pool`` (real kubelets, hollow nodes, started once per session beside it),
+``api`` (a kubernetes ``ApiClient`` with admin credentials), ``namespace`` (a fresh
 namespace per test, deleted afterwards) and ``prometheus`` (a private Prometheus). Servers start only
 when a test asks for them, on 127.0.0.1, and are stopped at the end of the session, also on SIGTERM
 (turned into KeyboardInterrupt so that pytest runs the finalizers) and on SIGKILL of pytest
@@ -24,6 +25,7 @@ from hypothesis import settings
 from kubernetes import client, config
 
 from tests.harness.cluster import ClusterState, LocalCluster
+from tests.harness.kubelets import KubeletPool
 from tests.harness.prometheus import LocalPrometheus
 from tests.nodesim.kubelet import NodeSimulator, SimConfig
 from tests.nodesim.nodes import NodePool
@@ -146,3 +148,22 @@ def crds(api: client.ApiClient) -> list[str]:
                 raise TimeoutError(f"CRD {name} not established")
             time.sleep(0.1)
     return names
+
+
+KUBELET_POOL = NodePool(name="hollow", count=3, cpu_millicores=4000, memory_bytes=8 * 2**30)
+
+
+@pytest.fixture(scope="session")
+def kubelet_pool(cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletPool]:
+    """Real kubelets v1.37.2 (``tests/harness/kubelets.py``), one process per node, started once per session.
+
+    Tests bind pods to one of its nodes with ``spec.nodeName`` and tolerate ``HOLLOW_TAINT``; the hollow-node
+    binary is built on first use like the control plane.
+    """
+    pool = KubeletPool(cluster=cluster, workdir=tmp_path_factory.mktemp("kubelets"), pools=(KUBELET_POOL,))
+    pool.start()
+    print(f"\n{len(pool.nodes)} real kubelets ready in {pool.timings['start_s']:.1f}s", file=sys.stderr)
+    try:
+        yield pool
+    finally:
+        pool.stop()

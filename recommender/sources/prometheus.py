@@ -159,6 +159,11 @@ class PrometheusSource:
 
     # ------------------------------------------------------------------------------------------ requests
     def _form(self, endpoint: str, form: list[tuple[str, str]]) -> tuple[str, Form]:
+        """``form`` plus ``partial_response=false``: Thanos Query (``--query.partial-response``, its default)
+        answers a query one of whose stores failed with the rest of the data and a warning; this makes it
+        fail instead (pkg/api/query/v1.go, ``parsePartialResponseParam``), so a store outage is a source
+        error (targets kept, VPAs stale), never targets from part of the history. Others ignore it."""
+        form = [*form, ("partial_response", "false")]
         return endpoint, [*form, ("timeout", f"{self.config.timeout_s:g}s")] if endpoint != "series" else form
 
     def _range_form(self, query: str, chunk: GridRange, first_s: float | None = None) -> tuple[str, Form]:

@@ -10,7 +10,8 @@ one exception type with the status only in its text. We POST ``application/x-www
 bodies to ``<url>/api/v1/{query,query_range,series}`` with the connect object's headers, auth, verify and
 cert, plus the bearer token read from its file on each request. The connect object's own urllib3 retries
 are switched off so that retrying happens once, here: temporary failures (connection errors, timeouts,
-408, 429, 5xx) are retried with exponential backoff; anything else raises ``PermanentSourceError`` at once.
+408, 429, 5xx, and Thanos' 422 for a failed store) are retried with exponential backoff; anything else raises
+``PermanentSourceError`` at once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ _RESULT_ARRAY = re.compile(r'"result"\s*:\s*\[')
 _SUCCESS = re.compile(r'"status"\s*:\s*"success"')
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+_STORE_FAILURE = re.compile(r"^execution: .*rpc error: code = (Unavailable|Aborted|Internal|DeadlineExceeded|"
+                            r"ResourceExhausted)")
+"""Thanos Query's answer (422, errorType ``execution``) when a store it asked failed and partial responses are
+off: the store's gRPC status is in the text. The store is down or overloaded, not the query wrong: temporary."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,10 +136,10 @@ class Transport:
         try:
             response.raise_for_status()
         except requests.HTTPError as err:
-            status = response.status_code
-            kind = TemporarySourceError if status in _TEMPORARY_STATUS else PermanentSourceError
-            raise kind(f"prometheus answered {status}: {_error_text(response)}", endpoint=endpoint,
-                       status=status) from err
+            status, text = response.status_code, _error_text(response)
+            temporary = status in _TEMPORARY_STATUS or (status == 422 and _STORE_FAILURE.search(text) is not None)
+            kind = TemporarySourceError if temporary else PermanentSourceError
+            raise kind(f"prometheus answered {status}: {text}", endpoint=endpoint, status=status) from err
         return response.status_code, response.content
 
     def _classified(self, endpoint: str, form: Form) -> tuple[int, bytes]:

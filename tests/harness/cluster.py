@@ -46,6 +46,14 @@ def control_plane_bin_dir() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
+def kubectl_bin() -> Path:
+    """kubectl of the control plane's version, built beside it by ``scripts/build-control-plane.sh``."""
+    path = control_plane_bin_dir() / "kubectl"
+    if not path.exists():
+        raise HarnessError(f"{path} is missing; scripts/build-control-plane.sh builds it with the control plane")
+    return path
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterState:
     """What another process needs to use or stop a running cluster (saved as ``cluster.json``)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +39,14 @@ class LocalPrometheus:
         scrape_interval_s: float = 5.0,
         retention: str = "60d",
         detached: bool = False,
+        external_labels: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.targets = list(targets)
         self.scrape_interval_s = scrape_interval_s
         self.retention = retention
         self.detached = detached
+        self.external_labels = dict(external_labels or {})
         self.port = 0
         self.proc: Managed | None = None
 
@@ -59,7 +61,8 @@ class LocalPrometheus:
     def _write_config(self) -> Path:
         interval = f"{self.scrape_interval_s:g}s"
         config: dict[str, Any] = {
-            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "global": {"scrape_interval": interval, "evaluation_interval": interval,
+                       **({"external_labels": self.external_labels} if self.external_labels else {})},
             "scrape_configs": [
                 {
                     "job_name": "nodesim",

@@ -15,18 +15,40 @@ import pytest
 from kubernetes import client, config
 
 from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from tests.readme import block
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
+WORKLOADS = ("checkout", "search", "cart", "payments", "ledger", "nightly-export", "thumbnailer", "frontend", "api",
+             "cache", "notifications", "auth")
 
 
-@pytest.mark.skipif(not (REPO.parent / "shared" / "traces").exists(), reason="../shared/traces is not beside the repo")
+def _look_around(stdout: str) -> None:
+    """The hints the demo printed are the README's block, and each runs as printed, in one shell."""
+    lines = block("demo-look-around")
+    printed = stdout[stdout.index("Look around"):].splitlines()[1:len(lines) + 1]
+    assert [p.strip() for p in printed] == lines
+    script = "set -e\n" + "".join(f"echo '@@ {i}'\n{line}\n" for i, line in enumerate(lines))
+    done = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    outputs = dict(zip(lines, done.stdout.split("@@ ")[1:], strict=True))
+    vpas = outputs["kubectl get vpa -n demo"]
+    assert all(f"\n{w} " in vpas for w in WORKLOADS), vpas
+    rollouts = outputs["kubectl get resizerollouts"]
+    assert "Completed" in rollouts and "POOL" in rollouts, rollouts
+    # The describe is of pods the updater resized in place: podtailor's Event is on them.
+    described = outputs["kubectl describe pods -n demo -l app=checkout --show-events=true"]
+    assert "ResizeVerified" in described and "podtailor-updater" in described, described
+    assert "batches" in outputs["podtailor-updater plan -n demo --pool-label podtailor.io/node-pool"].lower()
+
+
 def test_the_demo_does_the_main_job_and_tells_the_truth() -> None:
     try:
         done = subprocess.run([sys.executable, "scripts/demo.py", "--fast"], cwd=REPO, capture_output=True,
                               text=True, timeout=900, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "summary" in done.stdout and "make demo-down" in done.stdout
+        _look_around(done.stdout)
         summary = json.loads((REPO / ".cluster" / "demo-summary.json").read_text())
         api = config.new_client_from_config(config_file=str(REPO / ".cluster" / "admin.kubeconfig"))
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)

@@ -29,7 +29,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,10 @@ from kubernetes import client
 
 from recommender.units import parse_cpu_millicores
 from tests.conftest import SimFactory
+from tests.crds import SERVICE_MONITOR_CRD, wait_established
 from tests.harness.process import free_port
 from tests.harness.prometheus import LocalPrometheus
+from tests.kube_apply import MANAGER, Applier, build, raw
 from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant
@@ -53,88 +54,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 NS = "podtailor-system"
-MANAGER = "podtailor-manifests-test"
 POOL_KEY = POOL_LABEL_KEYS["podtailor"]
 Mi = 2**20
-SERVICE_MONITOR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-    "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-             "names": {"plural": "servicemonitors", "singular": "servicemonitor", "kind": "ServiceMonitor",
-                       "listKind": "ServiceMonitorList"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-
-
-# -- kustomize and server-side apply ------------------------------------------------------------------
-@cache
-def kustomize_bin() -> str:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "build-kustomize.sh")], capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert done.returncode == 0, f"scripts/build-kustomize.sh failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip().splitlines()[-1]
-
-
-def build(path: Path) -> list[dict[str, Any]]:
-    done = subprocess.run([kustomize_bin(), "build", str(path)], capture_output=True, text=True, timeout=60,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
-
-
-def raw(api: client.ApiClient, method: str, path: str, body: Any = None, query: list[Any] | None = None,
-        content_type: str = "application/json") -> Any:
-    """One request through the client's own serialization, authentication and TLS; ApiException on >= 400."""
-    params = api.param_serialize(method=method, resource_path=path, query_params=query or [], body=body,
-                                 header_params={"Content-Type": content_type, "Accept": "application/json"},
-                                 auth_settings=["BearerToken"])
-    resp = api.call_api(*params, _request_timeout=30)
-    data = resp.read()
-    if resp.status >= 400:
-        raise client.ApiException(http_resp=resp, body=data.decode(errors="replace"))
-    return json.loads(data)
-
-
-class Applier:
-    """Server-side apply of any object, resolving kinds through discovery."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.kinds: dict[tuple[str, str], tuple[str, bool]] = {}
-
-    def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
-        if (api_version, kind) not in self.kinds:
-            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            for r in raw(self.api, "GET", base)["resources"]:
-                if "/" not in r["name"]:
-                    self.kinds[(api_version, r["kind"])] = (r["name"], r["namespaced"])
-        return self.kinds[(api_version, kind)]
-
-    def path(self, obj: dict[str, Any]) -> str:
-        plural, namespaced = self._resource(obj["apiVersion"], obj["kind"])
-        base = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
-        ns = f"/namespaces/{obj['metadata']['namespace']}" if namespaced else ""
-        return f"{base}{ns}/{plural}/{obj['metadata']['name']}"
-
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = raw(self.api, "PATCH", self.path(obj), body=json.dumps(obj),
-                                  query=[("fieldManager", MANAGER), ("force", "true")],
-                                  content_type="application/apply-patch+yaml")
-        return out
-
-    def delete(self, obj: dict[str, Any]) -> None:
-        try:
-            raw(self.api, "DELETE", self.path(obj))
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-
-
-def wait_established(api: client.ApiClient, name: str) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    eventually(f"CRD {name} established", lambda: any(
-        c.type == "Established" and c.status == "True"
-        for c in ext.read_custom_resource_definition(name).status.conditions or []), timeout_s=30)
 
 
 STATUS_WRITTEN = {"CustomResourceDefinition", "Namespace", "Deployment", "PodDisruptionBudget"}

@@ -131,6 +131,22 @@ def test_client_errors_are_permanent_and_not_retried(server: tuple[str, Script])
     assert _count(registry, "query", "permanent_error") == 1
 
 
+def test_a_thanos_store_failure_is_temporary_but_other_execution_errors_are_not(server: tuple[str, Script]) -> None:
+    url, script = server
+    # Thanos Query v0.42's answer, as seen in tests/integration/test_backends_real.py, with partial_response=false.
+    store_down = {"status": "error", "errorType": "execution", "error": "proxy Series(): rpc error: code = Aborted "
+                  "desc = receive series from Addr: 127.0.0.1:1: rpc error: code = Internal desc = perform GET"}
+    script.responses = [(422, store_down, {}), (422, store_down, {}), OK]
+    transport, registry, sleeps = _transport(url)
+    assert transport.post("query", [("query", "up")]) == OK[1]["data"]  # type: ignore[index]
+    assert len(sleeps) == 2 and _count(registry, "query", "temporary_error") == 2
+    too_many = {"status": "error", "errorType": "execution", "error": "query processing would load too many samples"}
+    script.responses = [(422, too_many, {})]
+    with pytest.raises(PermanentSourceError, match="too many samples") as caught:
+        transport.post("query", [("query", "up")])
+    assert caught.value.status == 422 and len(sleeps) == 2
+
+
 def test_non_prometheus_answers_are_permanent(server: tuple[str, Script]) -> None:
     url, script = server
     script.responses = [(200, "<html>login</html>", {})]
