@@ -43,9 +43,9 @@ an oracle held to VPA's changes and CPU time over the request, series by series)
 
 Trace format: a CSV (or .csv.gz) with one row per series per sample, rows of a series contiguous:
 series_id,timestamp_s,cpu_cores,memory_bytes[,cpu_provisioned_cores,memory_provisioned_bytes].
-Normalized columns (cpu_frac, mem_frac) are multiplied by the provisioned column, or by --cpu-scale /
---memory-scale when the file has none. --memory-column none reads a CPU-only trace. Memory readings of 0 are
-treated as missing.
+Normalized columns (cpu_frac, mem_frac) are multiplied by the provisioned column or, when the file has none,
+by --cpu-scale / --memory-scale, which are then required (the machine size the fractions are of).
+--memory-column none reads a CPU-only trace. Memory readings of 0 are treated as missing.
 
 With --prometheus (and --prometheus-url, -n, --history) the cluster's own usage history is replayed instead:
 one series per workload container, as the recommender reads it. A workload's replicas share each timestamp,
@@ -76,8 +76,12 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     cols.add_argument("--cpu-provisioned-column", help="default: cpu_provisioned_cores if present; 'none'")
     cols.add_argument("--memory-provisioned-column", help="default: memory_provisioned_bytes if present; 'none'")
     cols.add_argument("--time-scale", type=float, default=1.0, help="seconds per time unit (0.001 for ms)")
-    cols.add_argument("--cpu-scale", type=float, default=1.0, help="cores per CPU unit (0.001 for millicores)")
-    cols.add_argument("--memory-scale", type=float, default=1.0, help="bytes per memory unit (1024 for KiB)")
+    cols.add_argument("--cpu-scale", type=float, default=None,
+                      help="cores per CPU unit (default 1; 0.001 for millicores; the machine's cores for a "
+                           "normalized trace without a provisioned column, where it is required)")
+    cols.add_argument("--memory-scale", type=float, default=None,
+                      help="bytes per memory unit (default 1; 1024 for KiB; the machine's bytes for a normalized "
+                           "trace without a provisioned column, where it is required)")
     cols.add_argument("--normalized", choices=("auto", "yes", "no"), default="auto",
                       help="values are fractions of the provisioned amount (auto: column name ends in _frac)")
     sim = p.add_argument_group("simulation")

@@ -86,7 +86,8 @@ def to_json(result: BacktestResult, default: str = "podtailor") -> dict[str, Any
     return {
         "schema": SCHEMA, "source": result.source,
         "columns": result.read_stats.columns, "rows_read": result.read_stats.rows,
-        "rows_dropped": result.read_stats.dropped_rows,
+        "rows_dropped": result.read_stats.dropped_rows, "series_read": result.read_stats.series,
+        "series_unscored": dict(result.unscored),
         "config": {k: getattr(result.config, k) for k in result.config.__dataclass_fields__},
         "strategies": {s.name: {"overrides": dict(s.overrides), "parameters": s.parameters()}
                        for s in result.strategies},
@@ -105,9 +106,18 @@ def _cell(value: Any, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
+def unscored_text(result: BacktestResult) -> str | None:
+    """"3 series read but not scored: 2 fewer than 2 usable samples, 1 no sample after the warm-up", or None."""
+    if not result.unscored:
+        return None
+    total = sum(result.unscored.values())
+    parts = ", ".join(f"{n} {reason}" for reason, n in sorted(result.unscored.items()))
+    return f"{total} series read but not scored: {parts}"
+
+
 def table(result: BacktestResult, subset: str = "all") -> Table:
     per = result.metrics()[subset]
-    out = Table(title=f"backtest: {subset} series ({result.source})")
+    out = Table(title=f"backtest: {subset} series ({result.source})", caption=unscored_text(result))
     out.add_column("strategy")
     for _, title, _ in COLUMNS:
         out.add_column(title, justify="right")
@@ -128,7 +138,8 @@ def markdown(result: BacktestResult, subset: str = "all") -> str:
         d = m.to_dict()
         lines.append(f"| {row_name(name)} | " + " | ".join(_cell(d[key], fmt) for key, _, fmt in COLUMNS) + " |")
     lines.append("| Autopilot (paper, ML) | | | | | | 23% | | >99.5% | | | |")
-    return "\n".join(lines)
+    note = unscored_text(result)
+    return "\n".join(lines if note is None else [*lines, "", note + "."])
 
 
 def print_report(result: BacktestResult, console: Console, default: str = "podtailor") -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ ORACLE_BUDGET = "oracle-budget"
 REFERENCES = (ORACLE, ORACLE_BUDGET)
 """Reference rows that know the future: shown in every table, never selectable as a real strategy."""
 SUBSETS = ("all", "odd", "even")
+UNSCORED_SHORT = "fewer than 2 usable samples"
+UNSCORED_WARMUP = "no sample after the warm-up"
+UNSCORED_UNUSABLE = "no usable row"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +80,8 @@ class BacktestResult:
     elapsed_s: float = 0.0
     read_stats: ReadStats = field(default_factory=ReadStats)
     source: str = ""
+    unscored: dict[str, int] = field(default_factory=dict)
+    """Series replayed but not scored, per reason (``UNSCORED_*``): they count in no row of the table."""
 
     def metrics(self) -> dict[str, dict[str, Metrics]]:
         return {sub: {name: metrics(t) for name, t in per.items()} for sub, per in self.totals.items()}
@@ -144,13 +150,17 @@ def run_series(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayC
     result = BacktestResult(strategies=specs, config=cfg, source=source, read_stats=stats or ReadStats())
     result.totals = {sub: {spec.name: Totals() for spec in specs} for sub in SUBSETS}
     started = time.perf_counter()
-    chosen = (s for i, s in enumerate(series) if limit is None or i < limit)
+    chosen = series if limit is None else islice(series, max(limit, 0))  # stops reading after the N-th
     for position, (sid, per) in enumerate(_results(chosen, specs, cfg, workers), start=1):
+        reason = UNSCORED_SHORT if not per else UNSCORED_WARMUP if all(t.series == 0 for t in per.values()) else None
+        if reason is not None:
+            result.unscored[reason] = result.unscored.get(reason, 0) + 1
+            continue
         for sub in ("all", parity(sid, position)):
             for name, t in per.items():
                 result.totals[sub][name] = result.totals[sub][name] + t
-        if limit is not None and position >= limit:
-            break
+    if result.read_stats.unusable_series:
+        result.unscored[UNSCORED_UNUSABLE] = result.read_stats.unusable_series
     result.elapsed_s = time.perf_counter() - started
     return result
 

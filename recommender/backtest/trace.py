@@ -50,10 +50,12 @@ class TraceColumns:
     memory_provisioned: str | None = None
     time_scale: float = 1.0
     """Seconds per time unit (0.001 for milliseconds)."""
-    cpu_scale: float = 1.0
-    """Cores per CPU unit (0.001 for millicores; a machine size for a normalized column without provisioned)."""
-    memory_scale: float = 1.0
-    """Bytes per memory unit (1024 for KiB)."""
+    cpu_scale: float | None = None
+    """Cores per CPU unit (0.001 for millicores); None is 1. Required, as the machine size in cores, for a
+    normalized column when the trace has no provisioned column: a fraction read as cores would mislead."""
+    memory_scale: float | None = None
+    """Bytes per memory unit (1024 for KiB); None is 1. Required, as the machine size in bytes, for a
+    normalized column without a provisioned column."""
     cpu_normalized: bool | None = None
     """Values are fractions of the provisioned amount; auto: the column name ends in ``_frac``."""
     memory_normalized: bool | None = None
@@ -117,8 +119,22 @@ def resolve(header: list[str], cols: TraceColumns) -> ResolvedColumns:
     assert series is not None and time is not None and cpu is not None
     names = {k: (None if i is None else header[i]) for k, i in (("series", series), ("time", time), ("cpu", cpu),
              ("memory", memory), ("cpu_provisioned", cpu_prov), ("memory_provisioned", mem_prov))}
+    for what, flag in (("cpu", "--cpu-scale CORES"), ("memory", "--memory-scale BYTES")):
+        scale = cols.cpu_scale if what == "cpu" else cols.memory_scale
+        if names[what] is not None and _normalized(cols, names, what) and names[f"{what}_provisioned"] is None \
+                and scale is None:
+            raise TraceError(f"the {what} column {names[what]!r} holds fractions of a machine and the trace has no "
+                             f"provisioned {what} column: give {flag}, the size of the machine the fractions "
+                             "are of (for example --cpu-scale 32 --memory-scale 68719476736 for 32 cores and "
+                             "64 GiB); read as they are, they would be scored as tiny containers")
     return ResolvedColumns(series=series, time=time, cpu=cpu, memory=memory, cpu_provisioned=cpu_prov,
                            memory_provisioned=mem_prov, names=names)
+
+
+def _normalized(cols: TraceColumns, names: dict[str, str | None], what: str) -> bool:
+    """Whether the ``what`` ("cpu" or "memory") column holds fractions: the flag, else a ``_frac`` name."""
+    flag = cols.cpu_normalized if what == "cpu" else cols.memory_normalized
+    return flag if flag is not None else str(names[what]).endswith("_frac")
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -172,12 +188,13 @@ class _Builder:
         names = c.names
         cpu_prov = arr[:, 3] if c.cpu_provisioned is not None else None
         mem_prov = arr[:, 4] if c.memory_provisioned is not None else None
-        cpu_norm = m.cpu_normalized if m.cpu_normalized is not None else str(names["cpu"]).endswith("_frac")
-        mem_norm = m.memory_normalized if m.memory_normalized is not None else str(names["memory"]).endswith("_frac")
-        cpu = arr[:, 1] * m.cpu_scale * (cpu_prov if cpu_norm and cpu_prov is not None else 1.0)
+        cpu_norm, mem_norm = _normalized(m, names, "cpu"), _normalized(m, names, "memory")
+        cpu_scale = 1.0 if m.cpu_scale is None else m.cpu_scale
+        cpu = arr[:, 1] * cpu_scale * (cpu_prov if cpu_norm and cpu_prov is not None else 1.0)
         memory = None
         if c.memory is not None:
-            memory = arr[:, 2] * m.memory_scale * (mem_prov if mem_norm and mem_prov is not None else 1.0)
+            memory_scale = 1.0 if m.memory_scale is None else m.memory_scale
+            memory = arr[:, 2] * memory_scale * (mem_prov if mem_norm and mem_prov is not None else 1.0)
             memory = np.where(np.isfinite(memory) & (memory > 0), memory, np.nan)
         return Series(series_id=self.series_id, timestamps_s=arr[:, 0] * m.time_scale, cpu_cores=cpu,
                       memory_bytes=memory, cpu_provisioned_cores=_clean_prov(cpu_prov),
@@ -198,6 +215,8 @@ class ReadStats:
     rows: int = 0
     dropped_rows: int = 0
     series: int = 0
+    unusable_series: int = 0
+    """Series read whose every row was dropped (no finite, non-negative CPU value): never replayed."""
     columns: dict[str, str | None] = field(default_factory=dict)
 
 
@@ -245,6 +264,8 @@ def _finish(builder: _Builder, stats: ReadStats) -> Iterator[Series]:
     if isinstance(builder, _Skip):
         return
     series = builder.build()
-    if series is not None:
-        stats.series += 1
-        yield series
+    if series is None:
+        stats.unusable_series += 1
+        return
+    stats.series += 1
+    yield series

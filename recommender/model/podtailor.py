@@ -73,9 +73,11 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         prm = self.params
         level = state.cpu_level if prm.cpu_over_request_budget > 0 else prm.cpu_request_percentile
         slow_level = level
-        if prm.cpu_over_request_cost_cores > 0:
-            share = state.cpu.cost_share(margin_fraction=prm.cpu_margin_fraction,
-                                         overrun_cost=prm.cpu_over_request_cost_cores)
+        price = prm.cpu_over_request_cost_cores
+        if prm.cpu_over_request_cost_ratio > 0:
+            price = prm.cpu_over_request_cost_ratio * (state.cpu.percentile(prm.cpu_upper_percentile) or 0.0)
+        if price > 0:
+            share = state.cpu.cost_share(margin_fraction=prm.cpu_margin_fraction, overrun_cost=price)
             if share is not None:
                 # just below the share, so that the slow histogram's percentile is the chosen bucket itself
                 slow_level = min(max(share * (1.0 - 1e-9), prm.cpu_min_request_percentile),
@@ -101,9 +103,13 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if prm.memory_oom_tolerance == "low":
             return state.memory.hist.percentile(0.98)
         if prm.memory_oom_tolerance == "cost":
-            level = cost_level(np.array(state.memory_max.values(now_s=now_s, window_s=prm.memory_max_window_s)),
-                               margin_fraction=prm.memory_margin_fraction,
-                               overrun_cost=prm.memory_oom_cost_gib_hours * GIB * 3600.0 / prm.memory_max_slot_s)
+            peaks = np.array(state.memory_max.values(now_s=now_s, window_s=prm.memory_max_window_s))
+            price = prm.memory_oom_cost_gib_hours * GIB
+            if prm.memory_oom_cost_peak_hours > 0:
+                finite = peaks[np.isfinite(peaks)]
+                price = prm.memory_oom_cost_peak_hours * (float(finite.max()) if finite.size else 0.0)
+            level = cost_level(peaks, margin_fraction=prm.memory_margin_fraction,
+                               overrun_cost=price * 3600.0 / prm.memory_max_slot_s)
             return level if level is not None else state.memory.hist.percentile(1.0)
         if peak is None:  # nothing inside the window: fall back to the decayed history's top
             peak = state.memory.hist.percentile(1.0)

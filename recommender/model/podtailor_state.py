@@ -59,6 +59,11 @@ class PodtailorParams:
     request still rises within hours when usage grows. Odd-series backtest (RESULTS.md, hand analysis): 1 core
     closes 52% of the CPU gap with 22.1 min/day over the request (VPA 29.6) and fewer changes than VPA; 0.4
     to 1.5 cores give 26 to 20 min/day at nearly the same slack."""
+    cpu_over_request_cost_ratio: float = 0.0
+    """The same price per container, in units of its own size: this x the slow histogram's
+    ``cpu_upper_percentile`` level (its p95), in place of ``cpu_over_request_cost_cores`` when > 0. Time over
+    the request hurts an application whatever its size, so the choice of level relative to the container's
+    size does not depend on that size."""
     cpu_over_request_budget: float = 0.0
     """Share of its time a container may spend using more CPU than its request (0 disables; 0.002 was the
     default before the cost level, which beat it on every set). The request percentile is calibrated online
@@ -111,6 +116,9 @@ class PodtailorParams:
     hour occurred once in 8 days is sized below it when that saves more than 0.52 GiB. Chosen on the odd
     series of the Bitbrains backtest (RESULTS.md, hand analysis): 100 is below VPA's memory slack and OOM
     rate there, 200 keeps fewer OOMs but more slack than VPA."""
+    memory_oom_cost_peak_hours: float = 0.0
+    """The same price per container, in hours of its own largest peak in the window, in place of
+    ``memory_oom_cost_gib_hours`` when > 0: an OOM kill costs the application the same whatever its size."""
     memory_max_window_s: float = 8 * DAY_S
     """Window of the "max" and "cost" statistics (VPA's 8-day memory window)."""
     memory_max_slot_s: float = 3600.0
@@ -172,8 +180,10 @@ class PodtailorParams:
                 and 0 < self.cpu_min_request_percentile <= self.cpu_request_percentile <= 1):
             raise ValueError("cpu_over_request_budget must be in [0, 1), cpu_calibration_rate >= 0 and "
                              "0 < cpu_min_request_percentile <= cpu_request_percentile <= 1")
-        if not 0 <= self.cpu_over_request_cost_cores < math.inf:  # also rejects NaN
-            raise ValueError("cpu_over_request_cost_cores must be finite and >= 0")
+        for name in ("cpu_over_request_cost_cores", "cpu_over_request_cost_ratio", "memory_oom_cost_gib_hours",
+                     "memory_oom_cost_peak_hours"):
+            if not 0 <= getattr(self, name) < math.inf:  # also rejects NaN
+                raise ValueError(f"{name} must be finite and >= 0")
         if not self.cpu_min_request_percentile <= self.cpu_max_request_percentile <= 1:  # also rejects NaN
             raise ValueError("cpu_max_request_percentile must be in [cpu_min_request_percentile, 1]")
         if self.cpu_limit_rule not in CPU_LIMIT_RULES:

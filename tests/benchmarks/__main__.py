@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import sys
 
-from tests.benchmarks import bench_backtest, bench_cluster, bench_nodesim, bench_recommender, bench_updater
+from tests.benchmarks import (
+    bench_backtest,
+    bench_cluster,
+    bench_kubelets,
+    bench_nodesim,
+    bench_recommender,
+    bench_updater,
+)
 
 
 def main() -> int:
-    for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim), ("recommender", bench_recommender),
-                         ("updater", bench_updater), ("backtest", bench_backtest)):
+    for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim), ("kubelets", bench_kubelets),
+                         ("recommender", bench_recommender), ("updater", bench_updater), ("backtest", bench_backtest)):
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         module.main([])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)

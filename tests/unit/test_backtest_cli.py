@@ -90,3 +90,17 @@ def test_table_piped_to_a_file_keeps_every_figure(trace: Path, capsys: pytest.Ca
     rows = [line for line in out.splitlines() if line.startswith("│ podtailor ")]
     assert len(rows) == 3  # all, odd, even
     assert "\x1b[" not in out  # no colour codes in a file
+
+
+def test_a_normalized_trace_needs_its_machine_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    frac = tmp_path / "frac.csv"
+    frac.write_text("series_id,timestamp_s,cpu_frac,mem_frac\n" +
+                    "".join(f"j-1,{T0 + 300 * i},0.25,0.5\n" for i in range(2 * 288)))
+    assert run_backtest(parse(str(frac), "--workers", "1", "--quiet")) == 2
+    assert "give --cpu-scale CORES" in capsys.readouterr().err
+    out = tmp_path / "r.json"
+    assert run_backtest(parse(str(frac), "--workers", "1", "--quiet", "--cpu-scale", "4", "--memory-scale",
+                              str(8 * 2**30), "--json", str(out))) == 0
+    doc = json.loads(out.read_text())
+    assert doc["series_read"] == 1 and doc["series_unscored"] == {}
+    assert doc["subsets"]["all"]["oracle"]["series"] == 1

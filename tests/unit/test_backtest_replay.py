@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
 from recommender.backtest.replay import Plan, ReplayConfig, make_grid, oracle, replay
-from recommender.backtest.runner import StrategySpec, run_series, series_from_history
+from recommender.backtest.runner import (
+    UNSCORED_SHORT,
+    UNSCORED_WARMUP,
+    StrategySpec,
+    run_series,
+    series_from_history,
+)
 from recommender.backtest.scoring import metrics, score
 from recommender.backtest.trace import Series
 from recommender.model.registry import get_strategy
@@ -124,3 +132,22 @@ def test_a_workloads_replicas_are_replayed_as_its_busiest_one() -> None:
     assert s.memory_bytes is not None
     np.testing.assert_array_equal(s.memory_bytes[:3], [9.0, 8.0, 7.0])
     assert np.isnan(s.memory_bytes[3])  # every pod's reading missing: missing, not zero
+
+
+def test_series_that_are_not_scored_are_counted_per_reason_and_series_n_stops_reading() -> None:
+    day = make(np.full(2 * 288, 0.3), np.full(2 * 288, GIB))
+    short = make(np.full(100, 0.3), np.full(100, GIB))  # 8.3 h: nothing after the 24 h warm-up
+    single = make(np.full(1, 0.3), np.full(1, GIB))
+    read: list[str] = []
+
+    def stream() -> Iterator[Series]:
+        for i, s in enumerate([day, short, single, day, day]):
+            read.append(f"s-{i}")
+            yield Series(series_id=f"s-{i}", timestamps_s=s.timestamps_s, cpu_cores=s.cpu_cores,
+                         memory_bytes=s.memory_bytes)
+
+    result = run_series(stream(), [StrategySpec(name="vpa"), StrategySpec(name="oracle")], ReplayConfig(),
+                        limit=4)
+    assert read == ["s-0", "s-1", "s-2", "s-3"]  # the fifth series is never read
+    assert result.totals["all"]["vpa"].series == 2
+    assert result.unscored == {UNSCORED_WARMUP: 1, UNSCORED_SHORT: 1}

@@ -86,3 +86,21 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
         list(read_trace(f))
     with pytest.raises(TraceError, match="'nope' not in the header"):
         list(read_trace(f, TraceColumns(cpu="nope")))
+
+
+def test_a_normalized_trace_without_sizes_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    bare = write(tmp_path / "m.csv", "series_id,timestamp_s,cpu_frac,mem_frac\nx,0,0.25,0.5\n")
+    with pytest.raises(TraceError, match=r"cpu column 'cpu_frac' holds fractions .* give --cpu-scale CORES"):
+        next(read_trace(bare))
+    with pytest.raises(TraceError, match=r"memory column 'mem_frac' .* give --memory-scale BYTES"):
+        next(read_trace(bare, TraceColumns(cpu_scale=32.0)))
+    # An explicit "not normalized" reads the fractions as they are, by the user's choice.
+    s = next(read_trace(bare, TraceColumns(cpu_normalized=False, memory_normalized=False)))
+    assert s.cpu_cores[0] == 0.25
+
+
+def test_a_series_with_no_usable_row_is_counted(tmp_path: Path) -> None:
+    f = write(tmp_path / "u.csv", "series_id,timestamp_s,cpu_cores\na,0,0.5\nb,0,nan\nb,300,-1\nc,0,1\n")
+    stats = ReadStats()
+    assert [s.series_id for s in read_trace(f, stats=stats)] == ["a", "c"]
+    assert (stats.series, stats.unusable_series, stats.dropped_rows) == (2, 1, 2)

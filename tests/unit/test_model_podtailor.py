@@ -425,3 +425,39 @@ def test_cpu_cost_parameter_is_checked() -> None:
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="cpu_over_request_cost_cores"):
             get_strategy("podtailor", cpu_over_request_cost_cores=bad)
+
+
+SCALE_FREE: dict[str, float] = {"cpu_over_request_cost_ratio": 1.2, "memory_oom_cost_peak_hours": 12.0,
+                                "pod_min_cpu_millicores": 0.01, "pod_min_memory_mib": 0.01}
+
+
+def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> None:
+    # The memory shape above: two 8x peaks, forty 2x hours, the rest 1x. At 12 peak-hours per OOM, leaving
+    # the two top hours uncovered costs 12 x 8s x 2/192 = 1.0s and saves (8s - 2s) x 1.15 = 6.9s; leaving the
+    # 2x hours too costs 12 x 8s x 42/192 = 21s for 1.15s more saved: the 2x level, 2s x 1.15, at every s.
+    shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)
+    strategy = get_strategy("podtailor", **SCALE_FREE)
+    for scale in (1e7, 1e8, 1e10):
+        data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
+                          memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
+        assert run(strategy, data).target.memory_bytes == pytest.approx(2 * scale * 1.15, rel=1e-6)
+    # The absolute default is not: at 1e8 it covers the two top hours (100 GiB-hours is 13 times those peaks).
+    assert run(get_strategy("podtailor"), UsageBatch(
+        cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR, memory_peak_bytes=series(shape * 1e8, HOUR),
+        memory_interval_s=HOUR)).target.memory_bytes == 920_000_000
+    # CPU: the flat shape (10% of the hours 10% higher) at 0.5 and 50 cores. Per container, leaving its top
+    # hours uncovered is worth the same at both sizes: the 0.5 level (its bucket, x 1.1) at either, 100 times
+    # apart within the 2% buckets. The absolute 1-core price covers the max of the small one (0.55 x 1.1) and
+    # not of the large one, where the same share of time over the request saves 100 times more cores.
+    flat_small, flat_large = every_fifth_hour(0.5, 0.55, every=10), every_fifth_hour(50.0, 55.0, every=10)
+    small, large = cpu_request_m(flat_small, **SCALE_FREE), cpu_request_m(flat_large, **SCALE_FREE)
+    assert 550 <= small <= 562 and large / small == pytest.approx(100, rel=0.03)
+    assert 605 <= cpu_request_m(flat_small) <= 618 and cpu_request_m(flat_large) == large
+
+
+@pytest.mark.parametrize("name", ["cpu_over_request_cost_ratio", "memory_oom_cost_peak_hours",
+                                  "memory_oom_cost_gib_hours"])
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_the_prices_must_be_finite_and_not_negative(name: str, bad: float) -> None:
+    with pytest.raises(ValueError, match=name):
+        get_strategy("podtailor", **{name: bad})
