@@ -1,5 +1,6 @@
 """`make demo`: podtailor's main job end to end on the local cluster (real control plane and Prometheus,
-simulated nodes), with the real commands a user would run.
+real kubelets: kubelet v1.37.2 run as hollow nodes, whose usage the node simulator feeds), with the real
+commands a user would run.
 
 It brings up the cluster, three node pools of different machine sizes, a dozen workloads whose usage replays
 series of a Bitbrains trace subset committed in tests/data/traces/, backfills their history into Prometheus,
@@ -29,6 +30,7 @@ from kubernetes import client, config  # noqa: E402
 
 from recommender.units import parse_cpu_millicores, parse_memory_bytes  # noqa: E402
 from tests.harness.cluster import kubectl_bin  # noqa: E402
+from tests.harness.kubelets import HOLLOW_TOLERATION  # noqa: E402
 from tests.harness.process import free_port  # noqa: E402
 
 TRACES = REPO / "tests" / "data" / "traces"  # the demo's series only; see its README for the attribution
@@ -124,17 +126,34 @@ class Demo:
         self.api = config.new_client_from_config(config_file=self.kubeconfig)
         self.core, self.apps = client.CoreV1Api(self.api), client.AppsV1Api(self.api)
         self.custom, self.batch = client.CustomObjectsApi(self.api), client.BatchV1Api(self.api)
-        say("starting the node simulator: pools small (4 x 2 CPU/8Gi), medium (3 x 8/32Gi), large (2 x 32/128Gi)")
+        say("starting 9 real kubelets (v1.37.2, hollow nodes) in pools small (4 x 2 CPU/8Gi), medium (3 x 8/32Gi), "
+            "large (2 x 32/128Gi); the node simulator feeds their usage and serves the metrics")
         log = (self.dir / "logs" / "nodesim.log").open("ab")
-        sim = subprocess.Popen([self.py, "-m", "tests.nodesim", "--kubeconfig", self.kubeconfig, "--metrics-port",
-                                str(self.metrics_port), "--labels", "podtailor,karpenter", "--trace-dir", str(TRACES),
+        sim = subprocess.Popen([self.py, "-m", "tests.nodesim", "--real-kubelets", "--kubeconfig", self.kubeconfig,
+                                "--metrics-port", str(self.metrics_port), "--labels", "podtailor,karpenter",
+                                "--trace-dir", str(TRACES), "--name-prefix", "node",
                                 "--pool", "small=4:2:8Gi:sim.small", "--pool", "medium=3:8:32Gi:sim.medium",
                                 "--pool", "large=2:32:128Gi:sim.large"], cwd=REPO, stdout=log, stderr=log,
                                start_new_session=True)
         (self.dir / "nodesim.pid").write_text(f"{sim.pid}\n")
-        self._wait("9 nodes Ready", lambda: sum(1 for n in self.core.list_node().items if not n.spec.taints) >= 9)
+
+        def kubelets_ready() -> bool:
+            if sim.poll() is not None:
+                raise SystemExit(f"the node simulator exited {sim.returncode}; see {self.dir / 'logs' / 'nodesim.log'}")
+            return len(self._ready_kubelets()) >= 9
+        self._wait("9 real kubelets Ready", kubelets_ready, timeout_s=240)
+        versions = sorted({v for v in self._ready_kubelets().values()})
+        print(f"    nodes report kubelet {', '.join(versions)} (node.status.nodeInfo.kubeletVersion)")
         for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
             self._apply_crd(path)
+
+    def _ready_kubelets(self) -> dict[str, str]:
+        """Name -> kubeletVersion of each Ready node the demo's real kubelets registered."""
+        out = {}
+        for n in self.core.list_node(label_selector="type=hollow").items:
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []):
+                out[n.metadata.name] = n.status.node_info.kubelet_version
+        return out
 
     def _apply_crd(self, path: Path) -> None:
         import yaml
@@ -170,7 +189,8 @@ class Demo:
         container = {"name": "app", "image": f"registry.invalid/{w.name}:1",
                      "resources": {"requests": w.requests, "limits": w.limits},
                      "resizePolicy": [{"resourceName": "memory", "restartPolicy": w.memory_policy}]}
-        spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 2}
+        spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 2,
+                                "tolerations": [HOLLOW_TOLERATION]}  # the real kubelets' taint
         if w.pool:
             spec["nodeSelector"] = {POOL_KEY: w.pool}
         if w.prefer_pool:

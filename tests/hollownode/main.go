@@ -48,7 +48,11 @@
 //     "static", so the resize admit handler (pkg/kubelet/allocation/handlers.go) answers Infeasible for a
 //     Guaranteed pod's CPU resize, as on a node with the static policy; no CPUs are pinned.
 //
-// The prober stays kubemark's always-Ready fake.
+// The prober stays kubemark's always-Ready fake. Not replaced either: the kubelet's /stats/summary
+// fails ("failed to get root cgroup stats": cadvisor/testing.Fake's ContainerInfoV2 has no root
+// container, pkg/kubelet/server/stats/summary.go summaryProviderImpl.Get), so eviction thresholds are
+// off (EvictionHard below) and metrics-server could not read these nodes. Nothing in podtailor reads
+// it: usage reaches Prometheus through the node simulator's follow mode (tests/nodesim/follow.py).
 //
 // Control endpoint (--control-port, 127.0.0.1 only), JSON bodies:
 //

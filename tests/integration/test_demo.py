@@ -1,7 +1,8 @@
 """`make demo` in fast mode, end to end, and its summary checked against the cluster's final state.
 
 Runs the real demo script (its own detached cluster in .cluster/, as a user gets it), then reads the cluster
-independently and compares: the pods, the requests it reports before and after, and the resize journal.
+independently and compares: the nodes (real kubelets v1.37.2), the pods, the requests it reports before and
+after, and the resize journal.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def test_the_demo_does_the_main_job_and_tells_the_truth() -> None:
         summary = json.loads((REPO / ".cluster" / "demo-summary.json").read_text())
         api = config.new_client_from_config(config_file=str(REPO / ".cluster" / "admin.kubeconfig"))
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        # The demo's nodes are real kubelets v1.37.2 (hollow nodes), and they ran every demo pod.
+        nodes = core.list_node().items
+        assert len(nodes) == 9 and {n.status.node_info.kubelet_version for n in nodes} == {"v1.37.2"}
+        assert all(n.metadata.labels.get("type") == "hollow" for n in nodes)
         pods = [p for p in core.list_namespaced_pod("demo").items
                 if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
         assert summary["pods_after"] == len(pods)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -36,6 +37,8 @@ __all__ = [
     "SnapshotCollector",
     "ThrottleResult",
     "build_families",
+    "controller_of",
+    "replicaset_snapshot",
     "sanitize_label_name",
     "throttle",
     "throttle_many",
@@ -102,6 +105,18 @@ class ReplicaSetSnapshot:
     owner_kind: str = "<none>"
     owner_name: str = "<none>"
     owner_is_controller: bool = True
+
+
+def controller_of(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The owner reference marked ``controller`` in an object's metadata, or an empty mapping."""
+    return next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), {})
+
+
+def replicaset_snapshot(rs: Mapping[str, Any]) -> ReplicaSetSnapshot:
+    """A ReplicaSet as the API server returns it (JSON) -> its ``kube_replicaset_owner`` row."""
+    owner = controller_of(rs["metadata"])
+    return ReplicaSetSnapshot(namespace=rs["metadata"]["namespace"], replicaset=rs["metadata"]["name"],
+                              owner_kind=owner.get("kind", "<none>"), owner_name=owner.get("name", "<none>"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -320,21 +320,7 @@ class NodeSimulator:
     def _usage_model(self, obj: Obj, container: Obj) -> UsageModel:
         meta = obj["metadata"]
         override = self.usage_overrides.get((meta["namespace"], meta["name"], container["name"]))
-        if override is not None:
-            return override
-        raw = (meta.get("annotations") or {}).get(USAGE_ANNOTATION)
-        if raw:
-            try:
-                spec = json.loads(raw)
-                spec = spec.get("containers", {}).get(container["name"], spec) if "containers" in spec else spec
-                return parse_model(spec, trace_dir=self.config.trace_dir)
-            except (ValueError, TypeError, AttributeError) as err:
-                log.warning("bad usage annotation; using the default model: %s", err,
-                            extra={"namespace": meta["namespace"], "pod": meta["name"]})
-        res = container_resources(container)
-        cpu = min(x for x in (res.cpu_request_millicores, res.cpu_limit_millicores, 200) if x is not None)
-        mem = min(x for x in (res.memory_request_bytes, res.memory_limit_bytes, 128 * 2**20) if x is not None)
-        return Constant(cpu_cores=cpu / 2000.0, memory_bytes=mem // 2)
+        return override if override is not None else pod_usage_model(obj, container, self.config.trace_dir)
 
     def _build_containers(self, obj: Obj, now: str) -> dict[str, SimContainer]:
         spec = obj["spec"]
@@ -618,15 +604,9 @@ class NodeSimulator:
         except Exception as err:  # API server down or unreachable: keep the last list, try again next time
             log.warning("replicaset list failed: %s", err)
             return
-        snaps = []
-        for rs in items:
-            owner: Obj = next((o for o in rs["metadata"].get("ownerReferences") or [] if o.get("controller")), {})
-            snaps.append(cadvisor.ReplicaSetSnapshot(namespace=rs["metadata"]["namespace"],
-                                                     replicaset=rs["metadata"]["name"],
-                                                     owner_kind=owner.get("kind", "<none>"),
-                                                     owner_name=owner.get("name", "<none>")))
+        snaps = tuple(cadvisor.replicaset_snapshot(rs) for rs in items)
         with self.lock:
-            self.replicasets = tuple(snaps)
+            self.replicasets = snaps
 
     def snapshot(self) -> cadvisor.ClusterSnapshot:
         with self.lock:
@@ -652,6 +632,25 @@ class NodeSimulator:
             nodes = tuple(cadvisor.NodeSnapshot(node=n.name, labels=n.labels()) for n in self.nodes.values())
             return cadvisor.ClusterSnapshot(containers=tuple(containers), pods=tuple(pods),
                                             replicasets=self.replicasets, nodes=nodes)
+
+
+def pod_usage_model(obj: Obj, container: Obj, trace_dir: Path | None) -> UsageModel:
+    """The usage model of one container of a pod: its ``USAGE_ANNOTATION`` (one model, or one per container
+    under ``containers``), else a constant half of its smallest request or limit (at most 200m / 128Mi)."""
+    meta = obj["metadata"]
+    raw = (meta.get("annotations") or {}).get(USAGE_ANNOTATION)
+    if raw:
+        try:
+            spec = json.loads(raw)
+            spec = spec.get("containers", {}).get(container["name"], spec) if "containers" in spec else spec
+            return parse_model(spec, trace_dir=trace_dir)
+        except (ValueError, TypeError, AttributeError) as err:
+            log.warning("bad usage annotation; using the default model: %s", err,
+                        extra={"namespace": meta["namespace"], "pod": meta["name"]})
+    res = container_resources(container)
+    cpu = min(x for x in (res.cpu_request_millicores, res.cpu_limit_millicores, 200) if x is not None)
+    mem = min(x for x in (res.memory_request_bytes, res.memory_limit_bytes, 128 * 2**20) if x is not None)
+    return Constant(cpu_cores=cpu / 2000.0, memory_bytes=mem // 2)
 
 
 def _gates(obj: Obj) -> dict[str, bool]:
