@@ -30,6 +30,7 @@ either way); when neither moves, both keep their current request and limit. Para
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -46,6 +47,7 @@ from recommender.model.policy import (
     with_floor,
 )
 from recommender.model.types import ContainerPolicy, ContainerState, CurrentResources, Recommendation
+from recommender.units import format_cpu, format_memory
 
 _LIMIT_RULES = {"percentile": LimitRule.EXPLICIT, "proportional": LimitRule.PROPORTIONAL, "none": LimitRule.NONE}
 
@@ -163,9 +165,10 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         return replace(est, target=request, limit=limit if est.limit is not None else None)
 
     def _resize(self, state: PodtailorState, now_s: float, current: CurrentResources,
-                cpu: ResourceEstimate | None,
-                memory: ResourceEstimate | None) -> tuple[ResourceEstimate | None, ResourceEstimate | None]:
-        """Hysteresis, dwell time and coordination (module docstring): which targets go out, which are held."""
+                cpu: ResourceEstimate | None, memory: ResourceEstimate | None,
+                ) -> tuple[ResourceEstimate | None, ResourceEstimate | None, tuple[str, ...]]:
+        """Hysteresis, dwell time and coordination (module docstring): which targets go out, which are held,
+        and for each held one why (its fresh target, and the band or the wait that keeps it)."""
         prm = self.params
         req, lim = current.requests, current.limits
         since = state.note_applied([req.cpu_millicores, lim.cpu_millicores, req.memory_bytes, lim.memory_bytes],
@@ -176,12 +179,31 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         move_cpu = self._moves(cpu, cur_cpu, may_lower, prm.cpu_resize_up_fraction)
         move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
         if prm.coordinate_resizes and (move_cpu or move_mem):
-            return cpu, memory
-        if not move_cpu:
+            return cpu, memory, ()
+        reasons = []  # a target already equal to the request (no-decrease rule, or by itself) is not "kept"
+        if not move_cpu and cpu is not None and cur_cpu and cpu.target != cur_cpu:
+            reasons.append(self._kept_reason("cpu", _cpu_text(cpu.target), format_cpu(req.cpu_millicores or 0),
+                                             cpu.target / cur_cpu, prm.cpu_resize_up_fraction, may_lower, since,
+                                             now_s))
             cpu = self._held(cpu, cur_cpu, None if lim.cpu_millicores is None else lim.cpu_millicores / 1000.0)
-        if not move_mem:
+        if not move_mem and memory is not None and cur_mem and memory.target != cur_mem:
+            reasons.append(self._kept_reason("memory", _memory_text(memory.target),
+                                             format_memory(req.memory_bytes or 0), memory.target / cur_mem,
+                                             prm.resize_up_fraction, may_lower, since, now_s))
             memory = self._held(memory, cur_mem, None if lim.memory_bytes is None else float(lim.memory_bytes))
-        return cpu, memory
+        return cpu, memory, tuple(reasons)
+
+    def _kept_reason(self, name: str, target: str, current: str, ratio: float, up: float, may_lower: bool,
+                     since: float | None, now_s: float) -> str:
+        """Why ``name`` keeps its current request: a decrease still waiting out the dwell, or a target inside
+        the resize band [1 - down, 1 + up] x the current request."""
+        down = self.params.resize_down_fraction
+        if ratio < 1.0 - down and not may_lower and since is not None:
+            wait = self.params.resize_down_dwell_s - (now_s - since)
+            return (f"{name}: kept at {current}: target {target} is a decrease, and decreases wait "
+                    f"{_hours(self.params.resize_down_dwell_s)} after the last change ({_hours(wait)} to go)")
+        return (f"{name}: kept at {current}: target {target} is within the resize band "
+                f"(-{down:.0%} .. +{up:.0%} of the current request)")
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
                   current: CurrentResources) -> Recommendation:
@@ -195,14 +217,34 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu)
         memory, reasons = self._memory(state, c_mem, now_s, policy.max_allowed.memory_bytes)
-        cpu = None if cpu is None else with_floor(cpu, prm.pod_min_cpu_millicores / 1000.0 / n)
-        memory = None if memory is None else with_floor(memory, prm.pod_min_memory_mib * MIB / n)
+        cpu_floor, memory_floor = prm.pod_min_cpu_millicores / 1000.0 / n, prm.pod_min_memory_mib * MIB / n
+        r_floor = tuple(f"{name}: raised to the minimum {text} (per container, of the pod's minimum)"
+                        for name, est, floor, text in (("cpu", cpu, cpu_floor, _cpu_text(cpu_floor)),
+                                                       ("memory", memory, memory_floor, _memory_text(memory_floor)))
+                        if est is not None and est.target < floor)
+        cpu = None if cpu is None else with_floor(cpu, cpu_floor)
+        memory = None if memory is None else with_floor(memory, memory_floor)
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
         cur_mem = current.requests.memory_bytes
         memory, r_mem = self._no_decrease("memory", memory, c_mem, None if cur_mem is None else float(cur_mem))
-        cpu, memory = self._resize(state, now_s, current, cpu, memory)
+        cpu, memory, r_kept = self._resize(state, now_s, current, cpu, memory)
         missing = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
         known = [c for c, e in ((c_cpu, cpu), (c_mem, memory)) if e is not None]
         confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)
-        estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence, reasons=reasons + r_cpu + r_mem + missing)
+        estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
+                            reasons=reasons + r_floor + r_cpu + r_mem + r_kept + missing)
         return finalize(estimate, policy=policy, current=current)
+
+
+def _cpu_text(cores: float) -> str:
+    """Cores as kubectl prints them, rounded up to a millicore ("250m", "2")."""
+    return format_cpu(math.ceil(round(cores * 1000.0, 6)))
+
+
+def _memory_text(memory_bytes: float) -> str:
+    """Bytes as kubectl prints them, rounded up to a MiB ("512Mi", "2Gi")."""
+    return format_memory(math.ceil(round(memory_bytes / MIB, 6)) * MIB)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600.0:.1f}h"

@@ -13,7 +13,7 @@ import html
 import json
 
 from recommender.report.document import rfc3339
-from recommender.report.render import fmt_cpu, fmt_memory, money, pair
+from recommender.report.render import fmt_cpu, fmt_memory, money, pair, reasons
 from recommender.report.types import ContainerReport, Distribution, GroupSummary, Report, WorkloadReport
 from updater.policy import changes as ch
 
@@ -114,7 +114,8 @@ def _container_rows(report: Report, w: WorkloadReport) -> str:
                     f"<td>{_e(pair(rec.target) if rec else '-')}</td><td>{_e(pair(c.current.limits))}</td>"
                     f"<td>{_e(pair(c.planned.limits))}</td><td>{_e(f'{rec.confidence:.2f}' if rec else '-')}</td>"
                     f"<td class=num>{_e(money(report, c.cost.current))}</td>"
-                    f"<td class=num>{_e(money(report, c.cost.recommended))}</td></tr>")
+                    f"<td class=num>{_e(money(report, c.cost.recommended))}</td>"
+                    f"<td class=why>{_e(reasons(c))}</td></tr>")
     return "".join(rows)
 
 
@@ -131,7 +132,7 @@ def workload_section(report: Report, w: WorkloadReport) -> str:
             f'QoS {_e(w.qos_current)} -> {_e(w.qos_planned)}; {_e(w.disruption_message)}; monthly '
             f'{_e(money(report, w.cost.current))} -> {_e(money(report, w.cost.recommended))}</div>'
             "<table><tr><th>container</th><th>role</th><th>requests now</th><th>recommended</th><th>limits now</th>"
-            "<th>limits planned</th><th>confidence</th><th>cost now</th><th>cost new</th></tr>"
+            "<th>limits planned</th><th>confidence</th><th>cost now</th><th>cost new</th><th>why</th></tr>"
             f'{_container_rows(report, w)}</table><div class="charts">{charts}</div></section>')
 
 

@@ -55,6 +55,11 @@ def _target(c: ContainerReport) -> Resources:
     return c.recommendation.target if c.recommendation is not None else Resources()
 
 
+def reasons(c: ContainerReport) -> str:
+    """Why the recommendation is what it is (kept, clamped, capped, raised, no history), "; "-joined."""
+    return "; ".join(c.recommendation.reasons) if c.recommendation is not None else "no usage history"
+
+
 def _risks(w: WorkloadReport) -> str:
     return ", ".join(r.risk.value for r in w.risks)
 
@@ -74,7 +79,8 @@ def table(report: Report, width: int | None = None) -> str:
     console = Console(file=out, width=width or 200, force_terminal=False, color_system=None)
     grid = Table(title=_headline(report), show_lines=False)
     for col in ("namespace", "kind/name", "container", "pool", "pods", "requests now cpu / mem",
-                "recommended cpu / mem", "limits now -> planned", "cost now", "cost new", "disruption", "risks"):
+                "recommended cpu / mem", "limits now -> planned", "cost now", "cost new", "disruption", "risks",
+                "why"):
         grid.add_column(col, overflow="fold")
     for w in report.workloads:
         for i, c in enumerate(w.containers):
@@ -86,7 +92,7 @@ def table(report: Report, width: int | None = None) -> str:
                          f"{pair(c.current.limits)} -> {pair(c.planned.limits)}",
                          money(report, c.cost.current), money(report, c.cost.recommended),
                          f"[{_DISRUPTION_STYLE[w.disruption.value]}]{w.disruption.value}[/]" if first else "",
-                         _risks(w) if first else "")
+                         _risks(w) if first else "", reasons(c))
     console.print(grid)
     console.print(_groups_table(report, "namespace", report.namespaces))
     console.print(_groups_table(report, "node pool", report.pools))
@@ -120,7 +126,7 @@ CSV_COLUMNS = ("namespace", "kind", "workload", "container", "role", "pool", "re
                "cpu_request_m", "cpu_target_m", "cpu_planned_request_m", "cpu_limit_m", "cpu_planned_limit_m",
                "memory_request_bytes", "memory_target_bytes", "memory_planned_request_bytes", "memory_limit_bytes",
                "memory_planned_limit_bytes", "confidence", "disruption", "disruption_reason", "risks",
-               "cost_current_micros", "cost_recommended_micros", "savings_micros", "increases_micros")
+               "cost_current_micros", "cost_recommended_micros", "savings_micros", "increases_micros", "reasons")
 
 
 def _csv_row(w: WorkloadReport, c: ContainerReport) -> list[object]:
@@ -134,7 +140,7 @@ def _csv_row(w: WorkloadReport, c: ContainerReport) -> list[object]:
             v(c.current.limits.memory_bytes), v(c.planned.limits.memory_bytes),
             "" if c.recommendation is None else round(c.recommendation.confidence, 4), w.disruption.value,
             w.disruption_reason, ";".join(r.risk.value for r in w.risks), c.cost.current, c.cost.recommended,
-            c.cost.savings, c.cost.increases]
+            c.cost.savings, c.cost.increases, reasons(c)]
 
 
 def as_csv(report: Report) -> str:
@@ -170,13 +176,13 @@ def as_markdown(report: Report) -> str:
         counts[w.disruption.value] = counts.get(w.disruption.value, 0) + 1
     lines += ["Disruption if applied: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), ""]
     lines += ["| workload | container | requests now | recommended | limits planned | cost now | cost new | "
-              "disruption | risks |", "|---|---|---|---|---|---:|---:|---|---|"]
+              "disruption | risks | why |", "|---|---|---|---|---|---:|---:|---|---|---|"]
     for w in report.workloads:
         for c in w.containers:
             lines.append(f"| `{_md(w.namespace)}/{_md(w.kind)}/{_md(w.name)}` | {_md(c.name)} | "
                          f"{pair(c.current.requests)} | {pair(_target(c))} | {pair(c.planned.limits)} | "
                          f"{money(report, c.cost.current)} | {money(report, c.cost.recommended)} | "
-                         f"{w.disruption.value} | {_md(_risks(w))} |")
+                         f"{w.disruption.value} | {_md(_risks(w))} | {_md(reasons(c))} |")
     for title, groups in (("namespace", report.namespaces), ("node pool", report.pools)):
         lines += ["", f"### By {title}", "", f"| {title} | workloads | current | recommended | savings | "
                   "increases | net |", "|---|---:|---:|---:|---:|---:|---:|", *_md_cost_rows(report, groups)]

@@ -209,6 +209,10 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     # (about 113m and 115 MiB) are far below them.
     held = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
     assert held.target == Resources(cpu_millicores=500, memory_bytes=GIB)
+    # Each kept value says why, in quantities as kubectl prints them.
+    assert any(r.startswith("cpu: kept at 500m: target 1") and r.endswith(
+        "is a decrease, and decreases wait 8.0h after the last change (7.0h to go)") for r in held.reasons), held
+    assert any(r.startswith("memory: kept at 1Gi: target 1") and "decreases wait 8.0h" in r for r in held.reasons)
     # Thirteen hours after it the decrease goes out.
     later = strategy.recommend(state, now_s=NOW + 12 * HOUR, policy=policy, current=after)
     assert later.target.cpu_millicores is not None and later.target.cpu_millicores < 200
@@ -227,14 +231,31 @@ def test_cpu_grows_only_beyond_its_up_band() -> None:
         current = CurrentResources(requests=Resources(cpu_millicores=request_m, memory_bytes=mem))
         return run(get_strategy("podtailor", **overrides), data, current=current).target.cpu_millicores
 
-    # 520m: target / request <= 563 / 520 = 1.083, inside the 10% band: held.
+    # 520m: target / request <= 563 / 520 = 1.083, inside the 10% band: held, and the reason says so.
     assert cpu_after(520) == 520
+    held = run(get_strategy("podtailor"), data, current=CurrentResources(
+        requests=Resources(cpu_millicores=520, memory_bytes=mem)))
+    assert any(r.startswith("cpu: kept at 520m: target 5") and r.endswith(
+        "is within the resize band (-20% .. +10% of the current request)") for r in held.reasons), held.reasons
+    assert not any(r.startswith("memory:") for r in held.reasons)  # its target is the request: nothing kept
+    moved = run(get_strategy("podtailor"), data, current=CurrentResources(
+        requests=Resources(cpu_millicores=480, memory_bytes=mem)))
+    assert not any("kept at" in r for r in moved.reasons), moved.reasons  # coordinated: nothing is held
     # 480m: target / request >= 550 / 480 = 1.146, beyond it: resized to the target.
     after = cpu_after(480)
     assert after is not None and 550 <= after <= 563
     # Without the band any growth resizes.
     no_band = cpu_after(520, cpu_resize_up_fraction=0.0)
     assert no_band is not None and 550 <= no_band <= 563
+
+
+def test_a_target_raised_to_the_pod_minimum_says_so() -> None:
+    tiny = run(get_strategy("podtailor"), hourly(192, 0.001, 10 * MIB))
+    assert tiny.target == Resources(cpu_millicores=10, memory_bytes=64 * MIB)
+    assert "cpu: raised to the minimum 10m (per container, of the pod's minimum)" in tiny.reasons
+    assert "memory: raised to the minimum 64Mi (per container, of the pod's minimum)" in tiny.reasons
+    usual = run(get_strategy("podtailor"), hourly(192, 0.5, 5e8))
+    assert not any("minimum" in r for r in usual.reasons)
 
 
 def test_resizes_are_coordinated() -> None:

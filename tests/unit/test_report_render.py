@@ -78,3 +78,27 @@ def test_table_shows_every_container_and_the_summaries() -> None:
 def test_quantity_formatting() -> None:
     assert (fmt_cpu(2000), fmt_cpu(250), fmt_cpu(None)) == ("2", "250m", "-")
     assert (fmt_memory(512 * 2**20), fmt_memory(1.5 * 2**30), fmt_memory(100)) == ("512Mi", "1.5Gi", "100")
+
+
+def test_every_format_says_why_a_value_was_kept() -> None:
+    from dataclasses import replace
+
+    from recommender.report.html import as_html
+
+    report = sample_report()
+    why = "cpu: kept at 500m: target 480m is within the resize band (-20% .. +10% of the current request)"
+    web = next(w for w in report.workloads if w.name == "web")
+    app = next(c for c in web.containers if c.name == "app")
+    assert app.recommendation is not None
+    kept = replace(app, recommendation=replace(app.recommendation, reasons=(why,)))
+    web = replace(web, containers=tuple(kept if c is app else c for c in web.containers))
+    report = replace(report, workloads=tuple(web if w.name == "web" else w for w in report.workloads))
+    rows = {r["container"]: r for r in csv.DictReader(io.StringIO(as_csv(report)))}
+    assert rows["app"]["reasons"] == why
+    assert rows["setup"]["reasons"] == "no usage history"  # an init container without samples says so too
+    assert why in as_markdown(report)
+    assert why in " ".join(table(report, width=400).split())
+    assert f"<td class=why>{why}</td>" in as_html(report)
+    doc = json.loads(as_json(report))
+    assert any(why in c["recommendation"]["reasons"] for w in doc["workloads"] for c in w["containers"]
+               if c.get("recommendation"))
