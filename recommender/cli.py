@@ -39,6 +39,10 @@ def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True) -> N
                    help="history resolution: one CPU and one memory-peak sample per step (default: 60s)")
     g.add_argument("--scrape-interval", type=duration_s, default=30.0, metavar="DURATION",
                    help="cAdvisor scrape interval; the CPU rate window is max(4 x this, step) (default: 30s)")
+    g.add_argument("--prometheus-requests-in-flight", type=int, default=1, metavar="N",
+                   help="queries of a pass sent at once, 1 to 16 (default: 1: each after the one before, "
+                        "while its answer is decoded); more uses more of the backend's cores and holds up to N "
+                        "answers in memory; the number of queries stays the same")
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -80,7 +84,7 @@ def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
         client_key_file=args.prometheus_client_key, insecure_skip_verify=args.prometheus_insecure_skip_verify,
         extra_headers=_headers(args.prometheus_header), cluster_label=args.cluster_label,
         cluster_value=args.cluster_value, timeout_s=args.prometheus_timeout, step_s=int(args.step),
-        scrape_interval_s=args.scrape_interval)
+        scrape_interval_s=args.scrape_interval, requests_in_flight=args.prometheus_requests_in_flight)
     try:
         return PrometheusConfig(**kwargs)
     except ValueError as err:

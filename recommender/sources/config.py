@@ -64,6 +64,11 @@ class PrometheusConfig:
     5,000 containers is 3.8 M: one chunk."""
     max_series_per_query: int = 5_000
     """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
+    requests_in_flight: int = 1
+    """Queries of a pass on the wire at once (1 to 16). At 1 each goes out when the one before it has
+    succeeded, and is on the wire while that answer is decoded; at k, up to k run at once in the backend,
+    after a failure at most k - 1 more have been sent, and up to k bodies are held in memory (see
+    ``max_points_per_query``). The number of requests does not change."""
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -78,6 +83,8 @@ class PrometheusConfig:
             raise ValueError("cluster_label and cluster_value go together")
         if self.cluster_label is not None:
             label_name(self.cluster_label)
+        if not 1 <= self.requests_in_flight <= 16 or self.requests_in_flight != int(self.requests_in_flight):
+            raise ValueError("requests_in_flight must be a whole number in [1, 16]")
         self._check_numbers()
 
     def _check_numbers(self) -> None:

@@ -11,8 +11,9 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
    counter), plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
 
 So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
-in the number of workloads or pods. They go out one at a time and in order, on one worker thread, each while
-the answer before it is decoded (``_Wire``), with the garbage collector paused for the pass (``_gc_paused``).
+in the number of workloads or pods. They go out in order, at most ``requests_in_flight`` at once (default 1:
+one at a time), each while the answer before it is decoded (``_Wire``), with the garbage collector paused
+for the pass (``_gc_paused``).
 A range answer is decoded one series at a time (``Transport.decode_result``), so time chunks (C > 1) are only
 needed when a scope's series x steps exceed ``max_points_per_query``.
 OOM kills come from increases of cAdvisor's ``container_oom_events_total`` between steps, joined
@@ -28,9 +29,9 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import requests
@@ -115,8 +116,9 @@ class PrometheusSource:
         sent_before = self.request_count
         usage: dict[PodKey, PodUsage] = {}
         dropped: Counter[str] = Counter()
-        with _gc_paused(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-fetch") as pool:
-            wire = _Wire(self._transport, pool)
+        in_flight = self.config.requests_in_flight
+        with _gc_paused(), ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="prometheus-fetch") as pool:
+            wire = _Wire(self._transport, pool, in_flight)
             scopes, listed = self._plan(wire, names, grid)
             parts = chunks(grid, self._chunk_points(scopes, listed))
             owners, failed, error = self._read_scopes(wire, scopes, grid, parts, usage, dropped)
@@ -274,26 +276,33 @@ class PrometheusSource:
 
 
 class _Wire:
-    """A pass's requests, sent one at a time on one worker thread, so that the pass decodes an answer while
-    Prometheus computes the next one (the queries stay in order and never run two at once, as without it)."""
+    """A pass's requests on ``in_flight`` worker threads, so that the pass decodes an answer while the backend
+    computes the next ones. Answers come back in the order asked; at ``in_flight`` 1 the queries never run
+    two at once."""
 
-    def __init__(self, transport: Transport, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, transport: Transport, pool: ThreadPoolExecutor, in_flight: int = 1) -> None:
         self._transport = transport
         self._pool = pool
+        self._in_flight = in_flight
 
     def now(self, endpoint: str, form: Form) -> Fetched:
-        """One request, after the one in flight (if any); waits for its answer."""
+        """One request, beside (at ``in_flight`` 1: after) the ones in flight; waits for its answer."""
         return self._pool.submit(self._transport.fetch, endpoint, form).result()
 
     def ahead(self, todo: Sequence[tuple[str, Form]]) -> Iterator[Fetched]:
-        """The answers to ``todo`` in order. Each request goes out when the one before it has succeeded,
-        so while the caller decodes answer i, request i + 1 is on the wire; after a failure (raised when the
-        caller asks for that answer) nothing more of ``todo`` is sent."""
-        if not todo:
-            return
-        pending = self._pool.submit(self._transport.fetch, *todo[0])
-        for endpoint, form in todo[1:]:
-            answer = pending.result()
-            pending = self._pool.submit(self._transport.fetch, endpoint, form)
+        """The answers to ``todo`` in order. Up to ``in_flight`` requests are out at once; the next goes out
+        when the oldest has succeeded, so while the caller decodes answer i, request i + ``in_flight`` is on
+        its way. After a failure (raised when the caller asks for that answer) nothing more of ``todo`` is
+        sent beyond the ``in_flight`` - 1 already out."""
+        rest = iter(todo)
+        out: deque[Future[Fetched]] = deque()
+
+        def fill() -> None:
+            while len(out) < self._in_flight and (item := next(rest, None)) is not None:
+                out.append(self._pool.submit(self._transport.fetch, *item))
+
+        fill()
+        while out:
+            answer = out.popleft().result()
+            fill()
             yield answer
-        yield pending.result()

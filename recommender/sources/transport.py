@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -100,6 +101,7 @@ class Transport:
         self._metrics = metrics
         self._sleep = sleep
         self.request_count = 0
+        self._count_lock = threading.Lock()  # fetch runs on several threads when requests_in_flight > 1
         session = session if session is not None else requests.Session()
         if config.insecure_skip_verify:
             session.verify = False
@@ -163,7 +165,8 @@ class Transport:
         ``decode`` so that a caller can decode one body while the next request is on the wire."""
         attempt = 0
         while True:
-            self.request_count += 1
+            with self._count_lock:
+                self.request_count += 1
             started = time.monotonic()
             try:
                 status, body = self._classified(endpoint, form)

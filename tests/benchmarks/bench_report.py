@@ -32,6 +32,7 @@ from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Daily
 
 NAMESPACES = 20
+IN_FLIGHT = (1, 2, 4)
 STEP_S = 300
 MI = 2**20
 
@@ -107,6 +108,15 @@ def stages(kubeconfig: str, url: str, days: float) -> dict[str, Any]:
     t0 = time.monotonic()
     batches = source.history(sorted({w.namespace for w in inventory.workloads}), now - 120 - days * 86400, now - 120)
     out["history_s"], out["prometheus_requests"] = time.monotonic() - t0, source.request_count
+    for k in IN_FLIGHT[1:]:  # the same pass with more queries on the wire at once: same requests, same answers
+        wide = PrometheusSource(PrometheusConfig(url=url, step_s=STEP_S, scrape_interval_s=STEP_S,
+                                                 requests_in_flight=k), registry=CollectorRegistry())
+        t0 = time.monotonic()
+        again = wide.history(sorted({w.namespace for w in inventory.workloads}), now - 120 - days * 86400,
+                             now - 120)
+        out[f"history_{k}_s"] = time.monotonic() - t0
+        if wide.request_count != source.request_count or _points(again) != _points(batches):
+            raise RuntimeError(f"requests_in_flight={k} read something else than 1 did")
     t0 = time.monotonic()
     report = build_report(inventory, batches, get_strategy("podtailor"), BuildConfig(
         now_s=now, start_s=now - 120 - days * 86400, end_s=now - 120, strategy_name="podtailor"))
@@ -118,6 +128,12 @@ def stages(kubeconfig: str, url: str, days: float) -> dict[str, Any]:
     out["workloads"] = len(report.workloads)
     api.close()
     return out
+
+
+def _points(batches: dict[Any, Any]) -> dict[Any, tuple[int, float, float]]:
+    """Per container: CPU points, their sum and the sum of memory peaks (equal reads give equal values)."""
+    return {k: (len(b.cpu_cores.values), round(float(b.cpu_cores.values.sum()), 6),
+                round(float(b.memory_peak_bytes.values.sum()), 0)) for k, b in batches.items()}
 
 
 def run(workloads: int, days: float, repeats: int) -> str:
@@ -154,6 +170,9 @@ def table(workloads: int, days: float, create_s: float, backfill_s: float, walls
         f"{', '.join(f'{w:.2f}' for w in walls['html'])} |",
         f"| stage: discovery (list calls) | {med('discovery_s'):.2f} s | |",
         f"| stage: usage history (PrometheusSource.history) | {med('history_s'):.2f} s | |",
+        *(f"| stage: usage history, {k} queries in flight (same requests and answers) | "
+          f"{med(f'history_{k}_s'):.2f} s | {med(f'history_{k}_s') / med('history_s'):.2f}x of 1 in flight |"
+          for k in IN_FLIGHT[1:]),
         f"| stage: model, costs, disruption, summaries | {med('build_s'):.2f} s | |",
         f"| stage: render JSON ({med('json_bytes') / 1e6:.1f} MB) | {med('render_json_s'):.2f} s | |",
         f"| stage: render HTML ({med('html_bytes') / 1e6:.1f} MB) | {med('render_html_s'):.2f} s | |",

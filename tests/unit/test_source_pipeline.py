@@ -48,9 +48,9 @@ def _wait_for(predicate: object, timeout_s: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def _wire(fake: FakeTransport, pool: ThreadPoolExecutor) -> _Wire:
+def _wire(fake: FakeTransport, pool: ThreadPoolExecutor, in_flight: int = 1) -> _Wire:
     transport: Transport = fake  # type: ignore[assignment]
-    return _Wire(transport, pool)
+    return _Wire(transport, pool, in_flight)
 
 
 def test_the_next_request_is_on_the_wire_while_an_answer_is_decoded_and_only_one() -> None:
@@ -85,6 +85,38 @@ def test_a_request_sent_now_waits_for_the_one_in_flight() -> None:
         assert wire.now("oom", []).body == b"oom"
         assert next(answers).body == b"b"
     assert fake.sent == ["a", "b", "oom"] and fake.most_in_flight == 1
+
+
+def test_with_three_in_flight_three_run_at_once_and_answers_keep_their_order() -> None:
+    fake = FakeTransport()
+    names = [chr(ord("a") + i) for i in range(8)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        answers = _wire(fake, pool, 3).ahead([(n, []) for n in names])
+        first = next(answers)
+        _wait_for(lambda: len(fake.sent) == 4)  # b, c on the wire and d sent once a was taken
+        time.sleep(0.1)
+        assert len(fake.sent) == 4 and first.body == b"a"
+        assert [f.body for f in answers] == [n.encode() for n in names[1:]]
+    assert sorted(fake.sent) == names and fake.most_in_flight == 3
+
+
+def test_with_two_in_flight_a_failure_sends_at_most_one_more() -> None:
+    fake = FakeTransport(fail="b")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = _wire(fake, pool, 2).ahead([("a", []), ("b", []), ("c", []), ("d", []), ("e", [])])
+        assert next(answers).body == b"a"
+        with pytest.raises(TemporarySourceError):
+            next(answers)
+    assert fake.sent == ["a", "b", "c"]
+
+
+def test_requests_in_flight_is_checked() -> None:
+    from recommender.sources.config import PrometheusConfig
+
+    assert PrometheusConfig(url="http://p:9090", requests_in_flight=4).requests_in_flight == 4
+    for bad in (0, 17, 2.5):
+        with pytest.raises(ValueError, match="requests_in_flight"):
+            PrometheusConfig(url="http://p:9090", requests_in_flight=bad)  # type: ignore[arg-type]
 
 
 def test_the_collector_is_paused_only_inside_a_pass_and_restored_after_an_error() -> None:
