@@ -181,15 +181,17 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if prm.coordinate_resizes and (move_cpu or move_mem):
             return cpu, memory, ()
         reasons = []  # a target already equal to the request (no-decrease rule, or by itself) is not "kept"
-        if not move_cpu and cpu is not None and cur_cpu and cpu.target != cur_cpu:
-            reasons.append(self._kept_reason("cpu", _cpu_text(cpu.target), format_cpu(req.cpu_millicores or 0),
-                                             cpu.target / cur_cpu, prm.cpu_resize_up_fraction, may_lower, since,
-                                             now_s))
+        if not move_cpu:
+            if cpu is not None and cur_cpu and cpu.target != cur_cpu:
+                reasons.append(self._kept_reason("cpu", _cpu_text(cpu.target), format_cpu(req.cpu_millicores or 0),
+                                                 cpu.target / cur_cpu, prm.cpu_resize_up_fraction, may_lower, since,
+                                                 now_s))
             cpu = self._held(cpu, cur_cpu, None if lim.cpu_millicores is None else lim.cpu_millicores / 1000.0)
-        if not move_mem and memory is not None and cur_mem and memory.target != cur_mem:
-            reasons.append(self._kept_reason("memory", _memory_text(memory.target),
-                                             format_memory(req.memory_bytes or 0), memory.target / cur_mem,
-                                             prm.resize_up_fraction, may_lower, since, now_s))
+        if not move_mem:
+            if memory is not None and cur_mem and memory.target != cur_mem:
+                reasons.append(self._kept_reason("memory", _memory_text(memory.target),
+                                                 format_memory(req.memory_bytes or 0), memory.target / cur_mem,
+                                                 prm.resize_up_fraction, may_lower, since, now_s))
             memory = self._held(memory, cur_mem, None if lim.memory_bytes is None else float(lim.memory_bytes))
         return cpu, memory, tuple(reasons)
 

@@ -162,6 +162,16 @@ def test_thin_history_never_lowers_the_request() -> None:
     assert allowed.target.cpu_millicores is not None and allowed.target.cpu_millicores < 500
 
 
+def test_a_request_held_at_its_value_keeps_its_limit_too() -> None:
+    # Thin history holds both requests at their current values; the limits stay the current ones as well
+    # (a limit recomputed from the fresh estimate would resize the pod for nothing).
+    current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=GIB),
+                               limits=Resources(cpu_millicores=1700, memory_bytes=3 * GIB))
+    thin = run(get_strategy("podtailor"), hourly(6, 0.1, 1e8), current=current)
+    assert thin.target == current.requests and thin.limits == current.limits
+    assert not any("kept at" in r for r in thin.reasons)  # the no-decrease rule says why, once
+
+
 def test_cpu_rises_fast_and_falls_slowly() -> None:
     low = hourly(99, 0.1, 1e8, end=NOW - HOUR)
     high = hourly(1, 1.0, 1e8)
