@@ -39,8 +39,8 @@ def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True) -> N
                    help="history resolution: one CPU and one memory-peak sample per step (default: 60s)")
     g.add_argument("--scrape-interval", type=duration_s, default=30.0, metavar="DURATION",
                    help="cAdvisor scrape interval; the CPU rate window is max(4 x this, step) (default: 30s)")
-    g.add_argument("--prometheus-requests-in-flight", type=int, default=2, metavar="N",
-                   help="queries of a pass sent at once, 1 to 16 (default: %(default)s; 1: each after the one "
+    g.add_argument("--prometheus-requests-in-flight", type=int, default=1, metavar="N",
+                   help="queries of a pass sent at once, 1 to 16 (default: %(default)s: each after the one "
                         "before, while its answer is decoded); more uses more of the backend's cores and holds up "
                         "to N answers in memory; the number of queries stays the same")
 

@@ -64,14 +64,14 @@ class PrometheusConfig:
     5,000 containers is 3.8 M: one chunk."""
     max_series_per_query: int = 5_000
     """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
-    requests_in_flight: int = 2
+    requests_in_flight: int = 1
     """Queries of a pass on the wire at once (1 to 16). At 1 each goes out when the one before it has
     succeeded, and is on the wire while that answer is decoded; at k, up to k run at once in the backend,
     after a failure at most k - 1 more have been sent, and up to k bodies are held in memory (see
-    ``max_points_per_query``). The number of requests does not change. Default 2: on the 2-core test
-    machine, side by side, the cold history read of 1,000 workloads took 0.77x and 0.83x the time of 1 in
-    flight (two runs), and 4 took 0.77x in both, for twice the memory (tests/benchmarks/RESULTS.md, "Report
-    over 1000 workloads"). A backend with more cores may gain from more."""
+    ``max_points_per_query``). The number of requests does not change. Default 1: drill 10 (a namespace
+    whose queries time out) counts on nothing more going to a failing backend after a timeout. Side by side
+    on the 2-core test machine the cold history read of 1,000 workloads took 0.77x and 0.83x the time at 2
+    in flight (two runs) and 0.77x at 4 (tests/benchmarks/RESULTS.md, "Report over 1000 workloads")."""
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):

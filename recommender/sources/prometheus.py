@@ -11,8 +11,8 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
    counter), plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
 
 So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
-in the number of workloads or pods. They go out in order, at most ``requests_in_flight`` at once (default 2;
-1: one at a time), each while the answer before it is decoded (``_Wire``), with the garbage collector paused
+in the number of workloads or pods. They go out in order, at most ``requests_in_flight`` at once (default 1:
+one at a time), each while the answer before it is decoded (``_Wire``), with the garbage collector paused
 for the pass (``_gc_paused``).
 A range answer is decoded one series at a time (``Transport.decode_result``), so time chunks (C > 1) are only
 needed when a scope's series x steps exceed ``max_points_per_query``.
