@@ -10,6 +10,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 RUN python -m venv /opt/podtailor
 COPY pyproject.toml README.md ./
+COPY podtailor ./podtailor
 COPY recommender ./recommender
 COPY updater ./updater
 # Byte-compiled here: the root filesystem is read-only at run time.

@@ -19,7 +19,7 @@ setup:
 	@bash scripts/setup.sh
 
 lint: setup
-	$(VENV)/bin/ruff check recommender updater tests scripts
+	$(VENV)/bin/ruff check podtailor recommender updater tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict tests/harness tests/nodesim tests/benchmarks
 	$(VENV)/bin/lint-imports

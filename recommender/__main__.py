@@ -19,9 +19,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from podtailor.runtime.cli import UsageError, add_kube_flags, command_parser, duration_s, kube_client, setup_logging
 from recommender import __version__
 from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, prometheus_config
-from recommender.plumbing import UsageError, add_kube_flags, command_parser, duration_s, kube_client, setup_logging
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
@@ -89,8 +89,8 @@ def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
-    from recommender.kube.errors import KubeError
-    from recommender.report_once import print_pass
+    from podtailor.kube.errors import KubeError
+    from recommender.pass_summary import print_pass
 
     registry = CollectorRegistry()
     engine, _ = build_engine(args, registry)
@@ -108,8 +108,8 @@ def cmd_once(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    from recommender.leader import exit_lost_leadership, start_election
-    from recommender.serve import Health, make_server
+    from podtailor.runtime.leader import exit_lost_leadership, start_election
+    from podtailor.runtime.serve import Health, make_server
 
     registry = CollectorRegistry()
     engine, api = build_engine(args, registry)

@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from podtailor.runtime.cli import UsageError, duration_s
 from recommender.engine import EngineConfig
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
-from recommender.plumbing import UsageError, duration_s
 from recommender.sources.config import PrometheusConfig
 
 

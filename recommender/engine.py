@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 from recommender.kube.cluster import Workload
 from recommender.kube.vpa_objects import TargetRef, VpaConfigError, VpaSpec, parse_vpa
+from recommender.kube.vpa_status import build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, Recommendation, Strategy, UsageBatch
 from recommender.sources.errors import PartialSourceError
-from recommender.status import build_status, stale_status, unsupported_status
 
 log = logging.getLogger("podtailor.recommender")
 CHECKPOINT_VERSION = "1"
@@ -263,7 +263,7 @@ class RecommenderEngine:
 
 
 def _short(rec: Recommendation) -> str:
-    from recommender.kube.vpa_objects import quantities
+    from podtailor.resources import quantities
 
     target = quantities(rec.target)
     return " ".join(f"{k} {v}" for k, v in sorted(target.items()))

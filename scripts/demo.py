@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client, config  # noqa: E402
 
-from recommender.units import parse_cpu_millicores, parse_memory_bytes  # noqa: E402
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes  # noqa: E402
 from tests.harness.cluster import kubectl_bin  # noqa: E402
 from tests.harness.kubelets import HOLLOW_TOLERATION  # noqa: E402
 from tests.harness.process import free_port  # noqa: E402

@@ -13,10 +13,10 @@ from typing import Any
 
 from kubernetes import client
 
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from recommender.engine import EngineConfig
 from recommender.model.types import ContainerKey, UsageBatch
 from recommender.sources.prometheus import PrometheusSource
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant, Daily, Spikes, UsageModel
 

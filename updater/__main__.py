@@ -49,7 +49,7 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from recommender.plumbing import add_kube_flags, command_parser, duration_s
+    from podtailor.runtime.cli import add_kube_flags, command_parser, duration_s
 
     parser, sub = command_parser("podtailor-updater", DESCRIPTION, __version__)
     plan = sub.add_parser("plan", help="show what would be done, change nothing",
@@ -84,13 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
 def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Any:
     """(Executor, ApiClient, ClusterReader) for the flags; every read lists (``run`` adds the watch-fed caches:
     ``watch``)."""
-    from recommender.plumbing import UsageError as CliUsageError
-    from recommender.plumbing import kube_client
+    from podtailor.runtime.cli import UsageError as CliUsageError
+    from podtailor.runtime.cli import kube_client
     from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
     from updater.policy.planner import plan
     from updater.rollout.executor import Executor
     from updater.rollout.grouping import group_by_policy
-    from updater.rollout.store import (
+    from updater.rollout.writes import (
         EventRecorder,
         Evictor,
         PodResizer,
@@ -114,7 +114,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
 
 
 def _changes(d: Any) -> str:
-    from recommender.kube.vpa_objects import quantities
+    from podtailor.resources import quantities
 
     parts = []
     for c in d.changes:
@@ -127,7 +127,7 @@ def _changes(d: Any) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from recommender.plumbing import console as plain_console
+    from podtailor.runtime.cli import console as plain_console
     from updater.policy.planner import summary
 
     executor, _, _ = build_executor(args)
@@ -216,8 +216,8 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from recommender.leader import exit_lost_leadership, start_election
-    from recommender.serve import Health, make_server
+    from podtailor.runtime.leader import exit_lost_leadership, start_election
+    from podtailor.runtime.serve import Health, make_server
     registry = CollectorRegistry()
     metrics = UpdaterMetrics(registry)
     executor, api, reader = build_executor(args, metrics)
@@ -311,8 +311,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recommender.kube.errors import KubeError
-    from recommender.plumbing import setup_logging
+    from podtailor.kube.errors import KubeError
+    from podtailor.runtime.cli import setup_logging
     from updater.kube.policy_crd import PolicyError
 
     parser = build_parser()

@@ -3,7 +3,7 @@
 Owns the kinds of answer the updater acts on differently, so that no other module reads an error string:
 ``Refusal`` (why the API server refused a write: above the node's allocatable, exceeded quota, "not now"),
 ``InfeasibleCause`` (why the kubelet marked a resize ``PodResizePending``/``Infeasible``) and ``ServerFeatures``
-(what the server's version gives). The adapters classify once, at the edge (``updater/kube/errors.py`` for
+(what the server's version gives). The adapters classify once, at the edge (``updater/kube/refusals.py`` for
 refusals, ``updater/kube/pods.py`` for the kubelet's conditions), with the functions here; the state machine
 and the planner read only the kinds. Upstream, v1.37.2:
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 from updater.answers import InfeasibleCause
 
 SERVING_GATE = "podtailor.io/serving"

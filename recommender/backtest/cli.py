@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from podtailor.runtime.cli import console, duration_s
 from recommender.backtest.replay import ReplayConfig
 from recommender.backtest.report import print_report, write_json, write_png
 from recommender.backtest.runner import (
@@ -33,7 +34,6 @@ from recommender.backtest.runner import (
 from recommender.backtest.trace import TraceColumns, TraceError
 from recommender.cli import add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
-from recommender.plumbing import console, duration_s
 
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
@@ -168,7 +168,7 @@ def _from_prometheus(args: argparse.Namespace, specs: list[StrategySpec], cfg: R
 
 def run_backtest(args: argparse.Namespace) -> int:
     """Run the subcommand; 0 on success, 1 when Prometheus cannot be read, 2 on bad usage or input."""
-    from recommender.plumbing import UsageError
+    from podtailor.runtime.cli import UsageError
     from recommender.sources.errors import SourceError
 
     problem = _usage_error(args)

@@ -23,15 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.backtest.trace import Series
 from recommender.model.types import (
     ContainerPolicy,
     ContainerState,
-    CurrentResources,
     FloatArray,
     OomKill,
     Recommendation,
-    Resources,
     Samples,
     Strategy,
     UsageBatch,

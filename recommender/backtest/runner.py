@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from podtailor.resources import CurrentResources
 from recommender.backtest.budget import BudgetParams, oracle_budget
 from recommender.backtest.replay import ReplayConfig, make_grid, oracle, replay
 from recommender.backtest.scoring import Metrics, Totals, metrics, score
 from recommender.backtest.trace import ReadStats, Series, TraceColumns, read_trace
 from recommender.model.registry import get_strategy
-from recommender.model.types import ContainerKey, CurrentResources, FloatArray, UsageBatch
+from recommender.model.types import ContainerKey, FloatArray, UsageBatch
 
 ORACLE = "oracle"
 ORACLE_BUDGET = "oracle-budget"

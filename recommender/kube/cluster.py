@@ -15,10 +15,10 @@ from typing import Any
 
 from kubernetes import client
 
-from recommender.kube.errors import KubeError, TemporaryKubeError, classify, is_not_found
+from podtailor.kube.errors import KubeError, TemporaryKubeError, classify, is_not_found
+from podtailor.resources import CurrentResources, Resources
+from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
 from recommender.kube.vpa_objects import GROUP, PLURAL, VERSION, TargetRef, VpaSpec
-from recommender.model.types import CurrentResources, Resources
-from recommender.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
 
 CHECKPOINT_GROUP, CHECKPOINT_VERSION, CHECKPOINT_PLURAL = "podtailor.io", "v1alpha1", "recommendercheckpoints"
 Obj = dict[str, Any]

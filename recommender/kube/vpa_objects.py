@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recommender.model.types import ContainerPolicy, ControlledValues, Resources
-from recommender.units import QuantityError, format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
+from podtailor.resources import Resources
+from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
+from recommender.model.types import ContainerPolicy, ControlledValues
 
 GROUP, VERSION, PLURAL = "autoscaling.k8s.io", "v1", "verticalpodautoscalers"
 SUPPORTED_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"})
@@ -121,10 +122,3 @@ def _parse_vpa(obj: Mapping[str, Any]) -> VpaSpec:
                    policies=policies)
 
 
-def quantities(res: Resources) -> dict[str, str]:
-    out = {}
-    if res.cpu_millicores is not None:
-        out["cpu"] = format_cpu(res.cpu_millicores)
-    if res.memory_bytes is not None:
-        out["memory"] = format_memory(res.memory_bytes)
-    return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from podtailor.resources import CurrentResources
 from recommender.model.common import DAY_S, MIB, StrategyBase, validate_batch
 from recommender.model.histogram import BucketScheme, WindowedHistogram
 from recommender.model.peaks import SlotMax, sort_samples, split_at
@@ -28,14 +29,7 @@ from recommender.model.policy import (
     no_recommendation,
     with_floor,
 )
-from recommender.model.types import (
-    ContainerPolicy,
-    ContainerState,
-    CurrentResources,
-    FloatArray,
-    Recommendation,
-    UsageBatch,
-)
+from recommender.model.types import ContainerPolicy, ContainerState, FloatArray, Recommendation, UsageBatch
 
 STATE_VERSION = 1
 

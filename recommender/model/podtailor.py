@@ -35,6 +35,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from podtailor.resources import CurrentResources
+from podtailor.units import format_cpu, format_memory
 from recommender.model.common import GIB, MIB, StrategyBase, lower_multiplier, upper_multiplier
 from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
@@ -46,8 +48,7 @@ from recommender.model.policy import (
     no_recommendation,
     with_floor,
 )
-from recommender.model.types import ContainerPolicy, ContainerState, CurrentResources, Recommendation
-from recommender.units import format_cpu, format_memory
+from recommender.model.types import ContainerPolicy, ContainerState, Recommendation
 
 _LIMIT_RULES = {"percentile": LimitRule.EXPLICIT, "proportional": LimitRule.PROPORTIONAL, "none": LimitRule.NONE}
 

@@ -19,13 +19,8 @@ import enum
 import math
 from dataclasses import dataclass, replace
 
-from recommender.model.types import (
-    ContainerPolicy,
-    ControlledValues,
-    CurrentResources,
-    Recommendation,
-    Resources,
-)
+from podtailor.resources import CurrentResources, Resources
+from recommender.model.types import ContainerPolicy, ControlledValues, Recommendation
 
 MAX_RESOURCE_AMOUNT = 10**14
 """VPA's ceiling for any amount, in millicores or bytes (why no-history upper bounds read 100G / 100T)."""

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from podtailor.resources import CurrentResources, Resources
+
 FloatArray = NDArray[np.float64]
 
 
@@ -80,20 +82,8 @@ class UsageBatch:
     """Fraction of CFS periods throttled per CPU interval (0..1), when the container has a CPU limit."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Resources:
-    """CPU and memory amounts; None means unset (no request or no limit)."""
-
-    cpu_millicores: int | None = None
-    memory_bytes: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CurrentResources:
-    """What the container's pod template asks for today."""
-
-    requests: Resources = field(default_factory=Resources)
-    limits: Resources = field(default_factory=Resources)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from podtailor.resources import CurrentResources
 from recommender.model.common import (
     DAY_S,
     MIB,
@@ -27,14 +28,7 @@ from recommender.model.common import (
 from recommender.model.histogram import VPA_CPU_BUCKETS, VPA_MEMORY_BUCKETS, DecayingHistogram
 from recommender.model.peaks import IntervalPeaks, sort_samples, split_at
 from recommender.model.policy import Estimate, ResourceEstimate, finalize, no_recommendation, with_floor
-from recommender.model.types import (
-    ContainerPolicy,
-    ContainerState,
-    CurrentResources,
-    OomKill,
-    Recommendation,
-    UsageBatch,
-)
+from recommender.model.types import ContainerPolicy, ContainerState, OomKill, Recommendation, UsageBatch
 
 STATE_VERSION = 1
 

@@ -23,13 +23,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from podtailor.resize import changes as ch
+from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, QoS
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.types import (
     ContainerKey,
     ContainerPolicy,
-    CurrentResources,
     FloatArray,
     Recommendation,
-    Resources,
     Samples,
     Strategy,
     UsageBatch,
@@ -51,8 +52,6 @@ from recommender.report.types import (
     Workload,
     WorkloadReport,
 )
-from updater.policy import changes as ch
-from updater.policy.types import ContainerTarget, QoS, RolloutPolicy
 
 HISTOGRAM_BINS = 24
 THROTTLING_FRACTION = 0.05
@@ -69,7 +68,7 @@ class BuildConfig:
     end_s: float
     strategy_name: str
     prices: PriceSheet = field(default_factory=PriceSheet)
-    change_threshold: float = RolloutPolicy().change_threshold
+    change_threshold: float = DEFAULT_CHANGE_THRESHOLD
     """The updater's default: smaller changes are skipped (disruption "none")."""
     settings: Mapping[str, object] = field(default_factory=dict)
 

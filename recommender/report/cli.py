@@ -20,9 +20,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from podtailor.runtime.cli import UsageError, add_kube_flags, duration_s, kube_client
 from recommender.cli import add_prometheus_flags, prometheus_config
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, get_strategy
-from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client
 from recommender.report import render
 from recommender.report.types import KINDS, Report
 
@@ -182,7 +182,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
              progress: _Progress) -> tuple[int, Report | None]:
-    from recommender.kube.errors import KubeError
+    from podtailor.kube.errors import KubeError
     from recommender.report.build import BuildConfig, build_report
     from recommender.report.discovery import Discovery, Filters
     from recommender.sources.errors import SourceError

@@ -7,7 +7,7 @@ Nodes, autoscaling/v2 HPAs and LimitRanges, each as raw JSON (``_preload_content
 CronJob, ReplicaSets owned by a Deployment or Rollout and pods with a controller are part of their owner),
 applies the kind and label-selector filters, and attaches each workload's running pods.
 
-Failures become ``KubeError``s (``recommender.kube.errors``): a 403 names the verb, resource, API group and
+Failures become ``KubeError``s (``podtailor.kube.errors``): a 403 names the verb, resource, API group and
 scope that are missing. Two lists are optional: Rollouts (404: the CRD is not installed, so there are none;
 403: a warning) and Nodes (403: a warning, and node pools and allocatable are unknown; namespace-scoped
 read-only roles often lack them).
@@ -23,11 +23,11 @@ from typing import Any
 
 from kubernetes import client
 
-from recommender.kube.errors import KubeError, PermanentKubeError, TemporaryKubeError, classify
+from podtailor.kube.errors import KubeError, PermanentKubeError, TemporaryKubeError, classify
+from podtailor.resize.changes import merge_limit_ranges
+from podtailor.resize.types import LimitRangeView
 from recommender.report import objects as ob
 from recommender.report.types import KINDS, Inventory, PodInfo, Workload, WorkloadKey
-from updater.policy.planner import merge_limit_ranges
-from updater.policy.types import LimitRangeView
 
 Obj = dict[str, Any]
 PAGE_SIZE = 1000

@@ -1,7 +1,7 @@
 """What the updater would do to a workload's pods to apply a recommendation: the report's disruption column.
 
 Owns ``plan_pod`` and ``plan_workload``, which run the updater's own pure planner math
-(``updater.policy.changes``: ``container_change`` with its limit, LimitRange and HPA rules, ``qos_class``,
+(``podtailor.resize.changes``: ``container_change`` with its limit, LimitRange and HPA rules, ``qos_class``,
 ``restarts``) on each running pod's spec, in the order of the updater's ``decide``: a BestEffort pod ->
 left alone (the updater never gives one requests in place); nothing changes, or the largest request change
 is below the change threshold -> none; the QoS class would change, the new requests exceed the node's
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from recommender.model.types import CurrentResources, Resources
+from podtailor.resize import changes as ch
+from podtailor.resize.types import ContainerChange, ContainerTarget, ContainerView, QoS, Reason
+from podtailor.resources import CurrentResources, Resources
 from recommender.report.types import ContainerSpec, Disruption, NodeInfo, PodInfo, Role
-from updater.policy import changes as ch
-from updater.policy.types import ContainerChange, ContainerTarget, ContainerView, QoS, Reason
 
 ORDER = (Disruption.NONE, Disruption.LEFT_ALONE, Disruption.IN_PLACE, Disruption.IN_PLACE_RESTART,
          Disruption.REPLACEMENT)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from podtailor.resources import CurrentResources, Resources
 from recommender import __version__
-from recommender.model.types import CurrentResources, Recommendation, Resources
+from recommender.model.types import Recommendation
 from recommender.report.types import (
     ContainerReport,
     Cost,

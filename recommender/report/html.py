@@ -12,10 +12,10 @@ from __future__ import annotations
 import html
 import json
 
+from podtailor.resize import changes as ch
 from recommender.report.document import rfc3339
 from recommender.report.render import fmt_cpu, fmt_memory, money, pair, reasons
 from recommender.report.types import ContainerReport, Distribution, GroupSummary, Report, WorkloadReport
-from updater.policy import changes as ch
 
 W, H, PAD = 380, 130, 24
 CSS = """

@@ -15,11 +15,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from recommender.model.types import CurrentResources, Resources
+from podtailor.resize.changes import merge_limit_ranges
+from podtailor.resize.types import LimitRangeView
+from podtailor.resources import CurrentResources, Resources
+from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes, parse_quantity
 from recommender.report.types import ContainerSpec, NodeInfo, PodInfo, Role
-from recommender.units import QuantityError, parse_cpu_millicores, parse_memory_bytes, parse_quantity
-from updater.policy.planner import merge_limit_ranges
-from updater.policy.types import LimitRangeView
 
 Obj = dict[str, Any]
 POOL_LABEL_KEYS = ("karpenter.sh/nodepool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 
 DEFAULT_CPU_PER_VCPU_HOUR = "0.031611"
 DEFAULT_MEMORY_PER_GIB_HOUR = "0.004237"

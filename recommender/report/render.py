@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 from recommender.report.document import rfc3339, to_document
 from recommender.report.pricing import format_money
 from recommender.report.types import ContainerReport, Cost, GroupSummary, Report, WorkloadReport

@@ -12,8 +12,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from recommender.model.types import CurrentResources, Recommendation, Resources
-from updater.policy.types import LimitRangeView
+from podtailor.resize.types import LimitRangeView
+from podtailor.resources import CurrentResources, Resources
+from recommender.model.types import Recommendation
 
 WorkloadKey = tuple[str, str, str]
 """(namespace, kind, name)."""

@@ -199,8 +199,9 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """One cold pass then one incremental pass, in this (fresh) process; returns the measurements."""
     from prometheus_client import CollectorRegistry
 
+    from podtailor.resources import CurrentResources
     from recommender.model.registry import get_strategy
-    from recommender.model.types import ContainerKey, ContainerPolicy, ContainerState, CurrentResources
+    from recommender.model.types import ContainerKey, ContainerPolicy, ContainerState
     from recommender.sources.config import PrometheusConfig
     from recommender.sources.prometheus import PrometheusSource
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from recommender.model.types import Resources
+from podtailor.resize.types import ContainerTarget, ContainerView, QoS
+from podtailor.resources import Resources
 from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.process import wait_until
@@ -41,21 +42,11 @@ from updater.__main__ import pause_after_pass, watch
 from updater.kube.informer import Informer
 from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader, ServerVersion, Snapshot
 from updater.policy.planner import plan
-from updater.policy.types import (
-    Action,
-    ContainerTarget,
-    ContainerView,
-    NodeView,
-    Plan,
-    PodView,
-    QoS,
-    RolloutPolicy,
-    WorkloadTarget,
-)
+from updater.policy.types import Action, NodeView, Plan, PodView, RolloutPolicy, WorkloadTarget
 from updater.rollout.executor import Executor
 from updater.rollout.grouping import group_by_policy
 from updater.rollout.journal import ContainerValues, EntryState, Phase, Rollout, to_status
-from updater.rollout.store import EventRecorder, PodResizer, RolloutStore
+from updater.rollout.writes import EventRecorder, PodResizer, RolloutStore
 
 POOL_KEY = "podtailor.io/node-pool"
 NAMESPACE = "bench-updater"

@@ -25,14 +25,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.kube.errors import KubeError
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from podtailor.kube.errors import KubeError
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.conftest import SimFactory
 from tests.integration.test_updater_real import POOL_KEY, Scenario
 from tests.waiting import eventually
 from updater.rollout.executor import Executor
 from updater.rollout.journal import EntryState, Rollout
-from updater.rollout.store import Evictor, PodResizer, TemplatePatcher
+from updater.rollout.writes import Evictor, PodResizer, TemplatePatcher
 
 ARTIFACT = Path(__file__).resolve().parents[1] / "artifacts" / "drills-13-18.json"
 Mi = 2**20
@@ -225,7 +225,7 @@ class DrillScenario(Scenario):
         ex = self.executor()
         if api is not None:
             from updater.kube.snapshot import ClusterReader
-            from updater.rollout.store import EventRecorder, RolloutStore
+            from updater.rollout.writes import EventRecorder, RolloutStore
 
             reader = ClusterReader(api)
             ex.read = lambda: reader.read(policy_pool_label=POOL_KEY, namespaces=(self.ns,))

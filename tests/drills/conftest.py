@@ -31,7 +31,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.conftest import SimFactory, _namespace_name
 from tests.harness.cluster import ClusterState, LocalCluster
 from tests.harness.faultproxy import FaultProxy, Mode
@@ -42,7 +42,7 @@ from tests.nodesim.nodes import NodePool
 from tests.waiting import eventually
 from updater.rollout.executor import Executor
 from updater.rollout.journal import BatchPhase, EntryState, Rollout
-from updater.rollout.store import PodResizer, RolloutStore
+from updater.rollout.writes import PodResizer, RolloutStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACT = REPO_ROOT / "tests" / "artifacts" / "drills-1-7.json"

@@ -41,7 +41,7 @@ from tests.waiting import eventually
 from updater.kube.informer import Informer
 from updater.kube.snapshot import LIST_OPTIONS, ClusterReader
 from updater.rollout.journal import Phase
-from updater.rollout.store import Conflict, PodResizer
+from updater.rollout.writes import Conflict, PodResizer
 
 pytestmark = pytest.mark.cluster
 PODS = 6

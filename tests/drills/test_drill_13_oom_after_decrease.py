@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.conftest import SimFactory
 from tests.drills._rollout_scenario import (
     DrillRow,

@@ -10,7 +10,7 @@ and a noisy account in a PriorityLevelConfiguration with no concurrency of its o
 borrowed, Reject): the API server then runs one of its requests only while no other of that level runs.
 The noisy account keeps the level busy with dry-run ConfigMap creations that a validating webhook holds
 for 4 s each (the webhook's address accepts TCP connections and never answers; failurePolicy Ignore), so
-the updater's requests meet real APF 429s with Retry-After. The client's pacing (``recommender.apirate``)
+the updater's requests meet real APF 429s with Retry-After. The client's pacing (``podtailor.kube.pacing``)
 must wait out every Retry-After, lower its rate, and stay under its configured QPS; once the noise stops
 the rollout completes with each pod resized exactly once.
 """
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.apirate import AdaptiveRate, RateConfig, install
+from podtailor.kube.pacing import AdaptiveRate, RateConfig, install
 from tests.conftest import SimFactory
 from tests.drills._rollout_scenario import (
     DrillRow,

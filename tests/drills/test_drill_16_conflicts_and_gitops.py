@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_cpu_millicores
+from podtailor.units import parse_cpu_millicores
 from tests.conftest import SimFactory
 from tests.drills._rollout_scenario import (
     CountingResizer,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.drills._recommender_fixtures import (
     LAG_S,
     Mi,

@@ -14,8 +14,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.kube.vpa_objects import VpaConfigError, VpaSpec, parse_vpa
-from recommender.units import (
+from podtailor.units import (
     MAX_CPU_MILLICORES,
     MAX_MEMORY_BYTES,
     QuantityError,
@@ -24,6 +23,7 @@ from recommender.units import (
     parse_cpu_millicores,
     parse_memory_bytes,
 )
+from recommender.kube.vpa_objects import VpaConfigError, VpaSpec, parse_vpa
 from updater.kube.policy_crd import PolicyError, parse_policy
 from updater.policy.types import RolloutPolicy
 

@@ -36,6 +36,7 @@ import requests
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from podtailor.units import parse_cpu_millicores
 from recommender.engine import EngineConfig, RecommenderEngine
 from recommender.kube.cluster import KubeAdapter
 from recommender.metrics import RecommenderMetrics
@@ -46,7 +47,6 @@ from recommender.model.vpa import VpaParams
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import TemporarySourceError
 from recommender.sources.prometheus import PrometheusSource
-from recommender.units import parse_cpu_millicores
 from tests.backend_history import (
     LAG,
     STEP,

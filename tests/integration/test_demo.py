@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.readme import block
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_memory_bytes
+from podtailor.units import parse_memory_bytes
 from tests.integration.test_fallback_real import scenario, webhook  # noqa: F401 (their fixtures, used below)
 from tests.integration.test_quota_real import hook, sc  # noqa: F401
 from tests.integration.test_updater_real import POOL_KEY, Scenario
 from tests.waiting import eventually
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
 from updater.rollout.journal import Phase
-from updater.rollout.store import ServingGateWriter
+from updater.rollout.writes import ServingGateWriter
 
 pytestmark = pytest.mark.cluster
 Mi = 2**20

@@ -36,7 +36,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recommender.units import parse_cpu_millicores
+from podtailor.units import parse_cpu_millicores
 from tests.conftest import SimFactory
 from tests.crds import SERVICE_MONITOR_CRD, wait_established
 from tests.harness.process import free_port

@@ -21,18 +21,18 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from recommender.model.types import Resources
-from recommender.units import parse_cpu_millicores
+from podtailor.resources import Resources
+from podtailor.units import parse_cpu_millicores
 from tests.integration.test_fallback_real import scenario, webhook  # noqa: F401 (their fixtures, used below)
 from tests.integration.test_updater_real import Scenario
 from tests.integration.webhook_probe import mutated, replacements
 from tests.waiting import eventually
 from updater.answers import Refusal
-from updater.kube.errors import Refused
+from updater.kube.refusals import Refused
 from updater.metrics import UpdaterMetrics
 from updater.policy.quota import HELD_ANNOTATION
 from updater.rollout.journal import ContainerValues, Phase
-from updater.rollout.store import PodResizer
+from updater.rollout.writes import PodResizer
 from updater.webhook.review import ANNOTATION
 
 pytestmark = pytest.mark.cluster

@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from recommender.engine import EngineConfig, RecommenderEngine
 from recommender.kube.cluster import KubeAdapter
 from recommender.metrics import RecommenderMetrics
@@ -25,7 +26,6 @@ from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerKey, UsageBatch
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.prometheus import PrometheusSource
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
 from tests.harness.prometheus import LocalPrometheus
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant, Spikes, UsageModel

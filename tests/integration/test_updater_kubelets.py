@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_memory_bytes
+from podtailor.units import parse_memory_bytes
 from tests.harness.kubelets import HOLLOW_TOLERATION, HollowNode, KubeletPool
 from tests.integration import test_updater_real as base
 from tests.nodesim.usage import Constant

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.conftest import SimFactory
 from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
 from tests.nodesim.usage import Constant
@@ -27,7 +27,7 @@ from updater.policy.planner import plan
 from updater.rollout.executor import Executor
 from updater.rollout.grouping import group_by_policy
 from updater.rollout.journal import Phase, Rollout
-from updater.rollout.store import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+from updater.rollout.writes import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
 
 pytestmark = pytest.mark.cluster
 Mi = 2**20

@@ -20,23 +20,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.model.types import Resources
+from podtailor.kube.errors import PermanentKubeError
+from podtailor.resize.types import ContainerTarget, LimitRangeView, QoS
+from podtailor.resources import Resources
 from tests.conftest import SimFactory
 from tests.nodesim.nodes import NodePool
 from tests.waiting import eventually
-from updater.kube.errors import PermanentKubeError
 from updater.kube.policy_crd import covers
 from updater.kube.snapshot import ClusterReader, ServerVersion, Snapshot, build_snapshot, parse_version
-from updater.policy.types import (
-    CanaryStep,
-    ContainerTarget,
-    FallbackMode,
-    HpaView,
-    LimitRangeView,
-    NodeView,
-    PodView,
-    QoS,
-)
+from updater.policy.types import CanaryStep, FallbackMode, HpaView, NodeView, PodView
 
 pytestmark = pytest.mark.cluster
 Mi, Gi = 2**20, 2**30
@@ -408,7 +400,8 @@ def test_ten_thousand_pods_convert_quickly() -> None:
 
 
 def test_list_errors_are_classified_and_an_absent_crd_is_an_empty_list() -> None:
-    from updater.kube.errors import Listing, TemporaryKubeError, list_raw
+    from podtailor.kube.errors import TemporaryKubeError
+    from podtailor.kube.listing import Listing, list_raw
 
     def failing(status: int) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:

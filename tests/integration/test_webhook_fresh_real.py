@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recommender.units import parse_cpu_millicores
+from podtailor.units import parse_cpu_millicores
 from tests.harness.process import free_port
 from tests.integration.test_updater_real import Scenario
 from tests.waiting import eventually

@@ -26,13 +26,13 @@ import yaml
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry
 
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from recommender.engine import EngineConfig, RecommenderEngine
 from recommender.kube.cluster import KubeAdapter
 from recommender.metrics import RecommenderMetrics
 from recommender.model.registry import get_strategy
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.prometheus import PrometheusSource
-from recommender.units import parse_cpu_millicores, parse_memory_bytes
 from tests.drills._rollout_scenario import sent_exactly
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.prometheus import LocalPrometheus
@@ -44,7 +44,7 @@ from updater.policy.planner import plan
 from updater.rollout.executor import Executor
 from updater.rollout.grouping import group_by_policy
 from updater.rollout.journal import TERMINAL, ContainerValues, EntryState, Phase
-from updater.rollout.store import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+from updater.rollout.writes import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
 
 NS = "soak"
 POOL_KEY = POOL_LABEL_KEYS["podtailor"]

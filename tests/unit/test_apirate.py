@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client
 
-from recommender.apirate import AdaptiveRate, RateConfig, install, retry_after_seconds
-from recommender.plumbing import add_kube_flags
+from podtailor.kube.pacing import AdaptiveRate, RateConfig, install, retry_after_seconds
+from podtailor.runtime.cli import add_kube_flags
 
 
 class Clock:

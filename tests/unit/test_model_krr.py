@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.registry import get_strategy
-from recommender.model.types import (
-    ContainerPolicy,
-    CurrentResources,
-    OomKill,
-    Recommendation,
-    Resources,
-    Samples,
-    UsageBatch,
-)
+from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, UsageBatch
 
 NOW = 1_700_000_000.0
 DAY = 86400.0

@@ -5,19 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorState, adaptive_step
 from recommender.model.registry import get_strategy
-from recommender.model.types import (
-    ContainerPolicy,
-    CurrentResources,
-    OomKill,
-    Recommendation,
-    Resources,
-    Samples,
-    Strategy,
-    UsageBatch,
-)
+from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, Strategy, UsageBatch
 from recommender.model.vpa import VpaParams, VpaState
 
 NOW = 1_700_000_000.0

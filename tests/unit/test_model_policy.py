@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.policy import (
     MAX_RESOURCE_AMOUNT,
     Estimate,
@@ -17,12 +18,7 @@ from recommender.model.policy import (
     round_up,
     scaled_limit,
 )
-from recommender.model.types import (
-    ContainerPolicy,
-    ControlledValues,
-    CurrentResources,
-    Resources,
-)
+from recommender.model.types import ContainerPolicy, ControlledValues
 
 GIB = 1024**3
 

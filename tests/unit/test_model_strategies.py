@@ -10,16 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.registry import STRATEGIES, get_strategy
-from recommender.model.types import (
-    ContainerPolicy,
-    CurrentResources,
-    OomKill,
-    Recommendation,
-    Resources,
-    Samples,
-    UsageBatch,
-)
+from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, UsageBatch
 
 NOW = 1_700_000_000.0
 STEP = 300.0

@@ -5,18 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.common import lower_multiplier, upper_multiplier
 from recommender.model.policy import MAX_RESOURCE_AMOUNT
 from recommender.model.registry import get_strategy
-from recommender.model.types import (
-    ContainerPolicy,
-    CurrentResources,
-    OomKill,
-    Recommendation,
-    Resources,
-    Samples,
-    UsageBatch,
-)
+from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, UsageBatch
 from recommender.model.vpa import VpaParams, VpaState
 
 NOW = 1_700_000_000.0

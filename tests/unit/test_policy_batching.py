@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from podtailor.resize.types import QoS
 from tests.unit.test_policy_builders import GI, NOW, container, node, pod, run, wtarget
 from updater.policy.batching import pool_of, step_counts
 from updater.policy.planner import plan, summary
-from updater.policy.types import Action, CanaryStep, PodView, QoS, RolloutPolicy
+from updater.policy.types import Action, CanaryStep, PodView, RolloutPolicy
 
 LADDER = (0.0, 0.05, 0.25, 1.0)
 

@@ -10,21 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from recommender.model.types import Resources
-from updater.policy.changes import qos_class
+from podtailor.resize.changes import qos_class
+from podtailor.resize.types import ContainerTarget, ContainerView, LimitRangeView
+from podtailor.resources import Resources
 from updater.policy.planner import plan
-from updater.policy.types import (
-    ContainerTarget,
-    ContainerView,
-    HpaView,
-    LimitRangeView,
-    NodeView,
-    Plan,
-    PodDecision,
-    PodView,
-    RolloutPolicy,
-    WorkloadTarget,
-)
+from updater.policy.types import HpaView, NodeView, Plan, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
 NOW = 1_700_000_000.0
 MI = 1024**2

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from podtailor.resize.changes import Constraints, container_change, proportional_limit, qos_class
+from podtailor.resize.types import LimitRangeView, QoS, Reason
 from tests.unit.test_policy_builders import GI, MI, container, ctarget, decide_one, pod, res, wtarget
-from updater.policy.changes import Constraints, container_change, proportional_limit, qos_class
-from updater.policy.types import Action, HpaView, LimitRangeView, QoS, Reason
+from updater.policy.types import Action, HpaView
 
 
 def test_proportional_limit_integer_math() -> None:

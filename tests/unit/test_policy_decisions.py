@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from podtailor.resize.types import Reason
 from tests.unit.test_policy_builders import (
     GI,
     MI,
@@ -16,7 +17,7 @@ from tests.unit.test_policy_builders import (
     run,
     wtarget,
 )
-from updater.policy.types import Action, FallbackMode, MaintenanceWindow, Reason, RolloutPolicy
+from updater.policy.types import Action, FallbackMode, MaintenanceWindow, RolloutPolicy
 
 RESTART_CPU = {"cpu": "RestartContainer"}
 

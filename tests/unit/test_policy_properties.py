@@ -7,23 +7,13 @@ from collections import Counter, defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recommender.model.types import Resources
+from podtailor.resize.changes import RESOURCES, get, qos_class
+from podtailor.resize.types import ContainerView, LimitRangeView
+from podtailor.resources import Resources
 from tests.unit.test_policy_builders import GI, MI, NOW, ctarget, node, pod, res, wtarget
 from updater.policy.batching import step_counts
-from updater.policy.changes import RESOURCES, get, qos_class
 from updater.policy.planner import plan
-from updater.policy.types import (
-    Action,
-    CanaryStep,
-    ContainerView,
-    FallbackMode,
-    HpaView,
-    LimitRangeView,
-    Plan,
-    PodView,
-    RolloutPolicy,
-    WorkloadTarget,
-)
+from updater.policy.types import Action, CanaryStep, FallbackMode, HpaView, Plan, PodView, RolloutPolicy, WorkloadTarget
 
 POOLS = ("a", "b", "c")
 WORKLOADS = ("web", "api", "db")

@@ -7,9 +7,10 @@ memory 512 MiB, no limits; the target is cpu 750m (a +250m increase) unless said
 
 from __future__ import annotations
 
+from podtailor.resize.types import QoS, Reason
 from tests.unit.test_policy_builders import MI, container, ctarget, node, pod, run, wtarget
 from updater.policy.quota import Subject, applies
-from updater.policy.types import Action, QoS, QuotaView, Reason, ScopeRequirement
+from updater.policy.types import Action, QuotaView, ScopeRequirement
 from updater.rollout.executor import actionable
 
 

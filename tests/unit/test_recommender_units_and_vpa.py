@@ -9,16 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.kube.vpa_objects import VpaConfigError, parse_vpa
-from recommender.model.types import ControlledValues, Recommendation, Resources
-from recommender.status import build_status, stale_status
-from recommender.units import (
+from podtailor.resources import Resources
+from podtailor.units import (
     QuantityError,
     format_cpu,
     format_memory,
     parse_cpu_millicores,
     parse_memory_bytes,
 )
+from recommender.kube.vpa_objects import VpaConfigError, parse_vpa
+from recommender.kube.vpa_status import build_status, stale_status
+from recommender.model.types import ControlledValues, Recommendation
 
 
 @pytest.mark.parametrize(("text", "millis"), [

@@ -13,16 +13,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.model.registry import get_strategy
-from recommender.model.types import (
-    ContainerKey,
-    ContainerPolicy,
-    CurrentResources,
-    OomKill,
-    Resources,
-    Samples,
-    UsageBatch,
-)
+from recommender.model.types import ContainerKey, ContainerPolicy, OomKill, Samples, UsageBatch
 from recommender.report.build import BuildConfig, build_report, pod_hours_per_month
 from recommender.report.pricing import Prices, PriceSheet
 from recommender.report.types import (

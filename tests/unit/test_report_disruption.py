@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from recommender.model.types import CurrentResources, Resources
+from podtailor.resize import changes as ch
+from podtailor.resources import CurrentResources, Resources
 from recommender.report.disruption import plan_pod, plan_workload, planned, target_of
 from recommender.report.types import ContainerSpec, Disruption, NodeInfo, PodInfo, Role
-from updater.policy import changes as ch
 
 Mi, Gi = 2**20, 2**30
 NODE = NodeInfo(name="n1", pool="p", allocatable=Resources(cpu_millicores=4000, memory_bytes=16 * Gi))

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 from recommender.report import objects as ob
 from recommender.report.discovery import assemble
 from recommender.report.types import KINDS, Role

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 from recommender.report.pricing import PriceError, PriceSheet, format_money, load_sheet, monthly_cost
 
 Gi = 2**30

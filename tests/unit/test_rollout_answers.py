@@ -20,8 +20,8 @@ from kubernetes import client
 
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
 from updater.answers import InfeasibleCause, Refusal, features_for, forbidden_refusal, infeasible_cause
-from updater.kube.errors import Refused, refusal_of, write_error
 from updater.kube.pods import convert_pod
+from updater.kube.refusals import Refused, refusal_of, write_error
 from updater.rollout import machine
 from updater.rollout.fallback import infeasible_uids
 from updater.rollout.journal import BatchPhase, EntryState
@@ -158,8 +158,9 @@ def test_versions_give_their_own_features() -> None:
 
 
 def test_the_plan_says_which_answer_a_target_above_the_node_gets_and_skips_mirror_pods() -> None:
+    from podtailor.resize.types import Reason
     from tests.unit.test_policy_builders import ctarget, decide_one, pod, wtarget
-    from updater.policy.types import Action, Reason
+    from updater.policy.types import Action
 
     above = wtarget(ctarget(cpu=6000))  # 6000m on a 4-core node
     old = decide_one(t=above, features=features_for(1, 35))

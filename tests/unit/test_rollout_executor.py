@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from recommender.kube.errors import TemporaryKubeError
+from podtailor.kube.errors import TemporaryKubeError
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs
 from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, RolloutPolicy
 from updater.rollout import machine
 from updater.rollout.executor import Executor
 from updater.rollout.journal import BatchPhase, BatchRecord, EntryState, Phase, Rollout
-from updater.rollout.store import Conflict
+from updater.rollout.writes import Conflict
 
 
 def pool_rollout(pool: str, pods: int) -> Rollout:

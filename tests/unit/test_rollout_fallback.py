@@ -7,12 +7,13 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry
 
-from recommender.kube.errors import PermanentKubeError, TemporaryKubeError
+from podtailor.kube.errors import PermanentKubeError, TemporaryKubeError
+from podtailor.resize.types import ContainerChange, Reason
 from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
 from updater.answers import Refusal
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
-from updater.policy.types import Action, ContainerChange, FallbackMode, Plan, PodDecision, Reason, RolloutPolicy
+from updater.policy.types import Action, FallbackMode, Plan, PodDecision, RolloutPolicy
 from updater.rollout import machine
 from updater.rollout.executor import Executor
 from updater.rollout.fallback import (

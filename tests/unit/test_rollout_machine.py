@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 from updater.observe import ContainerObservation, PodObservation
 from updater.rollout import machine
 from updater.rollout.journal import (

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from updater.kube.errors import Listing
+from podtailor.kube.listing import Listing
 from updater.kube.informer import SILENCE_MARGIN_S, Informer, older
 from updater.kube.snapshot import LIST_OPTIONS, ClusterReader
 

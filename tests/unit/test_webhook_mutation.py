@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from recommender.model.types import Resources
+from podtailor.resize.changes import Constraints
+from podtailor.resize.types import ContainerTarget, ContainerView
+from podtailor.resources import Resources
 from tests.unit.test_webhook_builders import NS, apply, container, owned, patch_of, pod, review, snapshot, vpa
-from updater.policy.changes import Constraints
-from updater.policy.types import ContainerTarget, ContainerView, WorkloadTarget
+from updater.policy.types import WorkloadTarget
 from updater.webhook.mutation import AdmissionDecision, Outcome, PodResources, decide, summary
 from updater.webhook.review import ANNOTATION, admit
 

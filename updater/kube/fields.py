@@ -1,7 +1,7 @@
 """Field readers shared by the adapter's converters: quantities, timestamps and conditions of raw API dicts.
 
 Owns turning the small recurring pieces of Kubernetes objects into values: a ``{cpu, memory}`` resource
-list into ``Resources`` (exact, rounded up once, through ``recommender.units``; cached because a
+list into ``Resources`` (exact, rounded up once, through ``podtailor.units``; cached because a
 cluster repeats the same few strings thousands of times), an RFC 3339 timestamp into Unix seconds, and
 a condition list into its entry of one type. Anything malformed raises ``MalformedObject`` with the
 field's path; converters let it propagate so the reader skips that one object and counts it.
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from recommender.model.types import Resources
-from recommender.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
+from podtailor.resources import Resources
+from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
 
 Obj = dict[str, Any]
 

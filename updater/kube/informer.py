@@ -24,7 +24,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, Obj, list_versioned
+from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing, Obj, list_versioned
 
 log = logging.getLogger("podtailor.updater.kube")
 WATCH_TIMEOUT_S = 15

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from recommender.model.types import Resources
-from recommender.units import QuantityError, parse_quantity
+from podtailor.resize.types import ContainerTarget, LimitRangeView
+from podtailor.resources import Resources
+from podtailor.units import QuantityError, parse_quantity
 from updater.kube.fields import MalformedObject, Obj, condition_true, resources, string_map
-from updater.policy.types import ContainerTarget, HpaView, LimitRangeView, NodeView, WorkloadTarget
+from updater.policy.types import HpaView, NodeView, WorkloadTarget
 
 POOL_LABEL_KEYS = (
     "karpenter.sh/nodepool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",

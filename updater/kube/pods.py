@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from recommender.model.types import Resources
+from podtailor.resize.types import ContainerView, QoS
+from podtailor.resources import Resources
 from updater.answers import infeasible_cause
 from updater.kube.fields import (
     MalformedObject,
@@ -31,7 +32,7 @@ from updater.kube.fields import (
     timestamp_s,
 )
 from updater.observe import SERVING_GATE, ContainerObservation, PodObservation
-from updater.policy.types import ContainerView, PodView, QoS
+from updater.policy.types import PodView
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 OwnerOf = Callable[[str, str, list[Obj], Mapping[str, str]], tuple[str, str]]

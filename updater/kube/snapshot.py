@@ -28,9 +28,10 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
-from recommender.kube.errors import classify
+from podtailor.kube.errors import classify
+from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing, list_raw
+from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures, features_for
-from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, SnapshotError, list_raw
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
 from updater.kube.objects import (
@@ -47,17 +48,10 @@ from updater.kube.policy_crd import PLURAL as POLICY_PLURAL
 from updater.kube.policy_crd import VERSION as POLICY_VERSION
 from updater.kube.policy_crd import PolicyError, parse_policy, select_policy
 from updater.kube.quotas import convert_quota
+from updater.kube.refusals import SnapshotError
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
 from updater.observe import PodObservation
-from updater.policy.types import (
-    HpaView,
-    LimitRangeView,
-    NodeView,
-    PodView,
-    QuotaView,
-    RolloutPolicy,
-    WorkloadTarget,
-)
+from updater.policy.types import HpaView, NodeView, PodView, QuotaView, RolloutPolicy, WorkloadTarget
 
 log = logging.getLogger("podtailor.updater.kube")
 T = TypeVar("T")

@@ -21,7 +21,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from updater.policy.types import Batch, CanaryStep, NodeView, QoS, RolloutPolicy
+from podtailor.resize.types import QoS
+from updater.policy.types import Batch, CanaryStep, NodeView, RolloutPolicy
 
 DEFAULT_POOL_LABEL_KEYS = (
     "karpenter.sh/nodepool",

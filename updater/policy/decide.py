@@ -20,22 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from recommender.model.types import Resources
+from podtailor.resize import changes as ch
+from podtailor.resize.types import ContainerChange, LimitRangeView, QoS, Reason
+from podtailor.resources import Resources
 from updater.answers import ServerFeatures, above_allocatable_answer
-from updater.policy import changes as ch
-from updater.policy.types import (
-    Action,
-    ContainerChange,
-    FallbackMode,
-    LimitRangeView,
-    NodeView,
-    PodDecision,
-    PodView,
-    QoS,
-    Reason,
-    RolloutPolicy,
-    WorkloadTarget,
-)
+from updater.policy.types import Action, FallbackMode, NodeView, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
 WorkloadKey = tuple[str, str, str]
 ACTED_MODES = frozenset({"InPlaceOrRecreate", "InPlace", "Auto", "Recreate"})

@@ -13,53 +13,24 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
+from podtailor.resize.changes import merge_limit_ranges
+from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures, features_for
-from updater.policy import changes as ch
 from updater.policy.batching import Candidate, build_batches, frozen_pools
 from updater.policy.decide import Context, WorkloadKey, decide, workload_key
 from updater.policy.quota import apply_quotas
-from updater.policy.types import (
-    Action,
-    HpaView,
-    LimitRangeView,
-    NodeView,
-    Plan,
-    PodView,
-    QuotaView,
-    RolloutPolicy,
-    WorkloadTarget,
-)
+from updater.policy.types import Action, HpaView, NodeView, Plan, PodView, QuotaView, RolloutPolicy, WorkloadTarget
 from updater.policy.windows import restart_allowed_now
 
 ACTIONABLE = frozenset({Action.RESIZE_ONLINE, Action.RESIZE_RESTART})
 
 
-def _tighter(a: int | None, b: int | None, pick: Any) -> int | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return int(pick(a, b))
 
 
-def _tighter_ratio(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
 
 
-def merge_limit_ranges(a: LimitRangeView, b: LimitRangeView) -> LimitRangeView:
-    """The tightest of two LimitRanges of one namespace: highest min, lowest max, lowest ratio."""
-    lo, hi = a.min, a.max
-    for name in ch.RESOURCES:
-        lo = ch.put(lo, name, _tighter(ch.get(lo, name), ch.get(b.min, name), max))
-        hi = ch.put(hi, name, _tighter(ch.get(hi, name), ch.get(b.max, name), min))
-    return replace(a, min=lo, max=hi,
-                   max_limit_request_ratio_cpu=_tighter_ratio(a.max_limit_request_ratio_cpu,
-                                                              b.max_limit_request_ratio_cpu),
-                   max_limit_request_ratio_memory=_tighter_ratio(a.max_limit_request_ratio_memory,
-                                                                 b.max_limit_request_ratio_memory))
 
 
 def _index_limit_ranges(limit_ranges: Iterable[LimitRangeView]) -> dict[str, LimitRangeView]:

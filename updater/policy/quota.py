@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from recommender.model.types import Resources
-from updater.policy import changes as ch
-from updater.policy.types import Action, PodDecision, PodView, QoS, QuotaView, Reason, ScopeRequirement
+from podtailor.resize import changes as ch
+from podtailor.resize.types import QoS, Reason
+from podtailor.resources import Resources
+from updater.policy.types import Action, PodDecision, PodView, QuotaView, ScopeRequirement
 
 HELD_ANNOTATION = "podtailor.io/admission-held"
 """Set by the webhook on a pod it left at its own resources because the target would exceed a ResourceQuota

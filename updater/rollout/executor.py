@@ -20,13 +20,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from recommender.kube.errors import KubeError, TemporaryKubeError
+from podtailor.kube.errors import KubeError, TemporaryKubeError
+from podtailor.resize.types import Reason
 from updater.answers import Refusal
-from updater.kube.errors import refusal_of
+from updater.kube.refusals import refusal_of
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.quota import HELD_ANNOTATION
-from updater.policy.types import Action, Plan, PodDecision, PodView, Reason, RolloutPolicy
+from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
 from updater.rollout import machine
 from updater.rollout.fallback import (
     fallback_entries,
@@ -45,7 +46,7 @@ from updater.rollout.journal import (
     Phase,
     Rollout,
 )
-from updater.rollout.store import Conflict, rollout_name
+from updater.rollout.writes import Conflict, rollout_name
 
 log = logging.getLogger("podtailor.updater")
 MAX_ENTRIES_PER_ROLLOUT = 1000

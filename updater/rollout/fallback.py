@@ -16,7 +16,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, Reason, RolloutPolicy
+from podtailor.resize.types import Reason
+from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, RolloutPolicy
 from updater.rollout.journal import EVICT, TEMPLATE, BatchRecord, ContainerValues, Entry, EntryState, Rollout
 
 Workload = tuple[str, str, str]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.model.types import Resources
+from podtailor.resources import Resources
 
 
 class EntryState(enum.StrEnum):

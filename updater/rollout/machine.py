@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from recommender.model.types import Resources
-from recommender.units import format_cpu, format_memory
+from podtailor.resources import Resources
+from podtailor.units import format_cpu, format_memory
 from updater.answers import Refusal
 from updater.observe import PodObservation
 from updater.rollout.journal import (
@@ -133,7 +133,7 @@ def _actual_matches(obs: PodObservation, values: Iterable[ContainerValues]) -> b
 
 
 def _none() -> object:
-    from recommender.model.types import Resources
+    from podtailor.resources import Resources
 
     return Resources()
 

@@ -7,7 +7,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recommender.plumbing import setup_logging
+    from podtailor.runtime.cli import setup_logging
     from updater.webhook.cli import add_webhook_parser, run_webhook
 
     parser = argparse.ArgumentParser(prog="python -m updater.webhook")

@@ -22,14 +22,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from updater.kube.errors import Listing, list_raw
+from podtailor.kube.listing import Listing, list_raw
+from podtailor.resize.changes import Constraints
+from podtailor.resize.types import LimitRangeView
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
 from updater.kube.objects import container_limits, convert_hpa, convert_vpa, merge_by_namespace, vpa_target_key
 from updater.kube.quotas import convert_quota
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
-from updater.policy.changes import Constraints
-from updater.policy.types import LimitRangeView, QuotaView, WorkloadTarget
+from updater.policy.types import QuotaView, WorkloadTarget
 from updater.webhook.mutation import Resolution
 
 log = logging.getLogger("podtailor.updater.webhook")

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from recommender.plumbing import UsageError, add_kube_flags, duration_s, kube_client
+from podtailor.runtime.cli import UsageError, add_kube_flags, duration_s, kube_client
 
 log = logging.getLogger("podtailor.updater.webhook")
 MIN_REFRESH_S = 0.05

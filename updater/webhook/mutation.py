@@ -1,7 +1,7 @@
 """Admission-time resource math: a new pod's containers and its VPA target in, one ``AdmissionDecision`` out.
 
 Owns what the webhook decides for a pod being created, with the same helpers the in-place planner uses
-(``updater.policy.changes``), so admission and resize agree to the millicore. Order of the checks: no VPA
+(``podtailor.resize.changes``), so admission and resize agree to the millicore. Order of the checks: no VPA
 for the workload; update mode ``Off`` (every other mode, Initial included, mutates at admission); no
 recommendation yet; pod-level ``spec.resources`` set (container values are left alone, as the resize path
 does); then per container (native sidecars and regular containers; plain init containers never change):
@@ -23,11 +23,12 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from recommender.model.types import Resources
-from recommender.units import format_cpu, format_memory
-from updater.policy.changes import Constraints, container_change, is_noop, qos_class
+from podtailor.resize.changes import Constraints, container_change, is_noop, qos_class
+from podtailor.resize.types import ContainerChange, ContainerView
+from podtailor.resources import Resources
+from podtailor.units import format_cpu, format_memory
 from updater.policy.quota import Subject, exceeded, spec_usage
-from updater.policy.types import ContainerChange, ContainerView, QuotaView, WorkloadTarget
+from updater.policy.types import QuotaView, WorkloadTarget
 
 ADMISSION_MODES = frozenset({"Initial", "Recreate", "InPlaceOrRecreate", "InPlace", "Auto"})
 """Update modes that set resources at admission; ``Off`` only recommends."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes import client
 
-from recommender.kube.errors import classify, is_not_found
+from podtailor.kube.errors import classify, is_not_found
 from updater.kube.fields import Obj
 
 WEBHOOK_NAME = "pods.podtailor.io"

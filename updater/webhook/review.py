@@ -21,13 +21,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from recommender.units import format_cpu, format_memory
+from podtailor.resize.changes import RESOURCES, get
+from podtailor.resize.types import ContainerChange, ContainerView
+from podtailor.units import format_cpu, format_memory
 from updater.kube.fields import MalformedObject, Obj, resources
 from updater.kube.pods import cross_namespace_affinity, gated
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
-from updater.policy.changes import RESOURCES, get
 from updater.policy.quota import HELD_ANNOTATION
-from updater.policy.types import ContainerChange, ContainerView
 from updater.webhook.mutation import (
     MAX_SUMMARY_CHARS,
     AdmissionDecision,

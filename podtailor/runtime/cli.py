@@ -1,7 +1,7 @@
 """Command-line plumbing both halves share: durations, Kubernetes flags and client, logging setup, the tables' console.
 
-Owns the pieces of the two CLIs that have nothing to do with recommending or updating, so the updater can
-use them without importing the recommender's engine (the import-linter contracts in .importlinter hold
+Owns the pieces of the two CLIs that have nothing to do with recommending or updating, so each half
+uses them without importing the other (the import-linter contracts in .importlinter hold
 this). Bad input raises ``UsageError`` (exit code 2) before anything is contacted.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from kubernetes import client, config
 from rich.console import Console
 
-from recommender.apirate import AdaptiveRate, RateConfig, install
+from podtailor.kube.pacing import AdaptiveRate, RateConfig, install
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -84,7 +84,7 @@ def _positive_int(text: str) -> int:
 
 
 def kube_client(args: argparse.Namespace) -> client.ApiClient:
-    """A client for the flags' cluster, paced by ``--kube-api-qps``/``--kube-api-burst`` (see apirate)."""
+    """A client for the flags' cluster, paced by ``--kube-api-qps``/``--kube-api-burst`` (see podtailor.kube.pacing)."""
     try:
         if args.kubeconfig is None and args.context is None and "KUBERNETES_SERVICE_HOST" in os.environ:
             config.load_incluster_config()  # type: ignore[no-untyped-call]

@@ -10,10 +10,9 @@ import sys
 
 from rich.table import Table
 
+from podtailor.resources import Resources, quantities
+from podtailor.runtime.cli import console
 from recommender.engine import PassReport
-from recommender.kube.vpa_objects import quantities
-from recommender.model.types import Resources
-from recommender.plumbing import console
 
 
 def _q(res: Resources) -> str:

@@ -61,5 +61,5 @@ def make_server(address: str, port: int, registry: CollectorRegistry, health: He
 
     server = ThreadingHTTPServer((address, port), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="recommender-http", daemon=True).start()
+    threading.Thread(target=server.serve_forever, name="podtailor-http", daemon=True).start()
     return server

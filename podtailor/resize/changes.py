@@ -20,9 +20,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
-from recommender.model.types import Resources
-from updater.policy.types import (
+from podtailor.resize.types import (
     RESTART_CONTAINER,
     ContainerChange,
     ContainerTarget,
@@ -30,6 +30,7 @@ from updater.policy.types import (
     LimitRangeView,
     QoS,
 )
+from podtailor.resources import Resources
 
 RESOURCES = ("cpu", "memory")
 REQUESTS_ONLY = "RequestsOnly"
@@ -247,3 +248,30 @@ def qos_class(containers: Iterable[tuple[Resources, Resources]]) -> QoS:
             if limit is None or (request is not None and request != limit):
                 return QoS.BURSTABLE
     return QoS.GUARANTEED
+
+
+def _tighter(a: int | None, b: int | None, pick: Any) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return int(pick(a, b))
+
+
+def _tighter_ratio(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def merge_limit_ranges(a: LimitRangeView, b: LimitRangeView) -> LimitRangeView:
+    """The tightest of two LimitRanges of one namespace: highest min, lowest max, lowest ratio."""
+    lo, hi = a.min, a.max
+    for name in RESOURCES:
+        lo = put(lo, name, _tighter(get(lo, name), get(b.min, name), max))
+        hi = put(hi, name, _tighter(get(hi, name), get(b.max, name), min))
+    return replace(a, min=lo, max=hi,
+                   max_limit_request_ratio_cpu=_tighter_ratio(a.max_limit_request_ratio_cpu,
+                                                              b.max_limit_request_ratio_cpu),
+                   max_limit_request_ratio_memory=_tighter_ratio(a.max_limit_request_ratio_memory,
+                                                                 b.max_limit_request_ratio_memory))
+
+

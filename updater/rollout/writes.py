@@ -19,11 +19,12 @@ from typing import Any
 
 from kubernetes import client
 
-from recommender.kube.errors import KubeError, classify, is_not_found
-from recommender.model.types import Resources
-from recommender.units import format_cpu, format_memory
-from updater.kube.errors import REQUEST_TIMEOUT_S, Listing, write_error
+from podtailor.kube.errors import KubeError, classify, is_not_found
+from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing
+from podtailor.resources import Resources
+from podtailor.units import format_cpu, format_memory
 from updater.kube.informer import Informer, resource_version
+from updater.kube.refusals import write_error
 from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
 
 GROUP, VERSION, PLURAL = "podtailor.io", "v1alpha1", "resizerollouts"
@@ -264,7 +265,7 @@ class TemplatePatcher:
              containers: Sequence[str]) -> tuple[ContainerValues, ...] | None:
         import json
 
-        from recommender.units import parse_cpu_millicores, parse_memory_bytes
+        from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 
         try:
             resp = getattr(self.apps, f"read_namespaced_{_TEMPLATE_KINDS[kind]}")(

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recommender.kube.vpa_objects import quantities
+from podtailor.resources import quantities
 from recommender.model.types import Recommendation
 
 Obj = dict[str, Any]

@@ -1,0 +1,119 @@
+"""The vocabulary of an in-place resize, shared by the updater's planner and the report's forecast.
+
+Owns the value types that say what a container is (``ContainerView``), what it is asked to become
+(``ContainerTarget``), what the namespace allows (``LimitRangeView``), what would change
+(``ContainerChange``), the QoS classes and the reasons a resize is not made. Nothing here imports a
+client, a logger or the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from podtailor.resources import Resources
+
+DEFAULT_CHANGE_THRESHOLD = 0.10
+"""A resize is skipped unless some controlled request changes by at least this fraction (the updater's
+policy default; the report forecasts with the same figure)."""
+
+NOT_REQUIRED = "NotRequired"
+
+
+RESTART_CONTAINER = "RestartContainer"
+
+
+class QoS(enum.StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerView:
+    name: str
+    requests: Resources
+    limits: Resources
+    resize_policy: Mapping[str, str] = field(default_factory=dict)
+    """resource ("cpu"/"memory") -> NotRequired | RestartContainer; missing means NotRequired."""
+    sidecar: bool = False
+    """A restartable init container (resizable like a regular container)."""
+    restart_count: int = 0
+    actual: Resources | None = None
+    """``status.containerStatuses[].resources.requests`` as the kubelet reports them (None: not reported)."""
+    actual_limits: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerTarget:
+    name: str
+    target: Resources
+    lower_bound: Resources
+    upper_bound: Resources
+    controlled_resources: frozenset[str] = frozenset({"cpu", "memory"})
+    controlled_values: str = "RequestsAndLimits"
+    """RequestsAndLimits (limits scaled to keep the ratio) or RequestsOnly (limits untouched)."""
+    min_allowed: Resources = field(default_factory=Resources)
+    max_allowed: Resources = field(default_factory=Resources)
+    mode_off: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitRangeView:
+    """The container constraints of a namespace's LimitRanges, merged (the tightest wins)."""
+
+    namespace: str
+    min: Resources = field(default_factory=Resources)
+    max: Resources = field(default_factory=Resources)
+    max_limit_request_ratio_cpu: float | None = None
+    max_limit_request_ratio_memory: float | None = None
+
+
+class Reason(enum.StrEnum):
+    """Why a pod got its action; every skip and fallback says why."""
+
+    CHANGE = "change"
+    NO_TARGET = "no-target"
+    UPDATE_MODE = "update-mode-not-in-place"
+    WITHIN_BOUNDS = "within-bounds"
+    BELOW_THRESHOLD = "below-threshold"
+    TOO_YOUNG = "pod-too-young"
+    NOT_READY = "pod-not-ready"
+    RESIZE_IN_FLIGHT = "resize-in-flight"
+    STALE_TARGET = "stale-target-no-decrease"
+    QOS_WOULD_CHANGE = "qos-would-change"
+    BEST_EFFORT = "best-effort"
+    NEVER_RESTART = "restart-policy-never-needs-restart"
+    INFEASIBLE = "infeasible"
+    DEFERRED_TIMEOUT = "deferred-timeout"
+    ABOVE_NODE = "above-node-allocatable"
+    POOL_FROZEN = "pool-frozen"
+    NOT_COVERED = "not-covered-by-policy"
+    DELETING = "pod-deleting"
+    OUTSIDE_WINDOW = "outside-maintenance-window"
+    AWAITING_APPROVAL = "awaiting-restart-approval"
+    SINGLE_REPLICA = "single-replica-not-evicted"
+    DO_NOT_DISRUPT = "do-not-disrupt"
+    TEMPLATE_REVERTED = "template-reverted-by-another-manager"
+    NO_CONTROLLER = "no-controller-not-evicted"
+    IN_PROGRESS_TIMEOUT = "in-progress-timeout"
+    POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"
+    NODE_UNKNOWN = "node-unknown"
+    QUOTA = "quota"
+    STATIC_POD = "static-pod"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerChange:
+    name: str
+    old_requests: Resources
+    old_limits: Resources
+    new_requests: Resources
+    new_limits: Resources
+    restarts: bool
+    """Some changed resource has RestartContainer."""
+    notes: tuple[str, ...] = ()
+    """e.g. "cpu request kept: HPA scales on cpu utilization", "clamped to LimitRange max"."""
+
+
