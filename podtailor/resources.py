@@ -2,14 +2,18 @@
 
 Owns ``Resources`` (millicores and bytes, None where unset), ``CurrentResources`` (a container's requests
 and limits) and the conversion of a ``Resources`` to and from the ``{"cpu": "250m", "memory": "1Gi"}`` maps
-the Kubernetes API carries. Parsing and formatting of a single quantity live in ``podtailor.units``.
+the Kubernetes API carries: ``parse_resources`` (the one reader: exact, rounded up once, cached because a
+cluster repeats the same few strings thousands of times) and ``quantities`` (the one writer). Parsing and
+formatting of a single quantity live in ``podtailor.units``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-from podtailor.units import format_cpu, format_memory
+from podtailor.units import QuantityError, format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,3 +41,46 @@ def quantities(res: Resources) -> dict[str, str]:
     return out
 
 
+class ResourcesError(ValueError):
+    """A resource list, or one of its cpu and memory quantities, that cannot be read; the message names the
+    field (``where``, then the resource)."""
+
+
+@lru_cache(maxsize=8192)
+def _cpu(text: str) -> int:
+    return parse_cpu_millicores(text)
+
+
+@lru_cache(maxsize=8192)
+def _memory(text: str) -> int:
+    return parse_memory_bytes(text)
+
+
+def parse_amount(name: str, raw: object, *, where: str) -> int:
+    """One quantity of resource ``name`` ("cpu": millicores, anything else: bytes); raises ResourcesError
+    ("<where>.<name>: <why>")."""
+    try:
+        if name == "cpu":
+            return _cpu(raw) if isinstance(raw, str) else parse_cpu_millicores(raw)  # type: ignore[arg-type]
+        return _memory(raw) if isinstance(raw, str) else parse_memory_bytes(raw)  # type: ignore[arg-type]
+    except (QuantityError, TypeError) as err:
+        raise ResourcesError(f"{where}.{name}: {err}") from None
+
+
+def parse_resources(raw: object, *, where: str, lenient: bool = False) -> Resources:
+    """A ``{"cpu": "250m", "memory": "1Gi"}`` map as Resources: other resources (GPUs, storage) are ignored,
+    an absent map or amount (None) is unset. Anything but a map, or an unreadable quantity, raises
+    ResourcesError naming ``where``; with ``lenient`` it makes the whole map unset instead (for readers of
+    what the API server already validated, where unreadable means unsupported, never zero)."""
+    try:
+        if raw is None:
+            return Resources()
+        if not isinstance(raw, Mapping):
+            raise ResourcesError(f"{where}: not a resource list")
+        cpu, memory = raw.get("cpu"), raw.get("memory")
+        return Resources(cpu_millicores=None if cpu is None else parse_amount("cpu", cpu, where=where),
+                         memory_bytes=None if memory is None else parse_amount("memory", memory, where=where))
+    except ResourcesError:
+        if lenient:
+            return Resources()
+        raise

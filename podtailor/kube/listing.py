@@ -1,8 +1,10 @@
 """Listing a kind from the API server: one paged raw list, failures classified once.
 
-Owns ``Listing`` (which kind to list: API group, resource, and the client function) and ``list_raw``,
-which pages through a list with ``_preload_content=False`` and returns plain JSON items (no model
-parsing: 10,000 pods cost a ``json.loads``). Failures become the ``KubeError`` tree
+Owns ``Listing`` (which kind to list: API group, resource, and the client function; ``builtin_listing`` and
+``custom_listing`` build one from the client's functions, ``builtin_listings`` the built-in kinds the halves
+read) and ``list_raw``, which pages through a list with
+``_preload_content=False`` and returns plain JSON items (no model parsing: 10,000 pods cost a
+``json.loads``). Failures become the ``KubeError`` tree
 (``TemporaryKubeError``: retry later; ``PermanentKubeError``: fix something); a 403 names the RBAC verb,
 resource and scope that are missing, a 410 on a continue token (the list expired while paging) is
 temporary, and a 404 for an optional custom resource (its CRD is not installed) is an empty list.
@@ -47,6 +49,55 @@ class Listing:
     namespaced: bool = True
     optional: bool = False
     """A custom resource whose CRD may be absent: a 404 on the list means "none" (logged), not an error."""
+    request_timeout: tuple[float, float] | None = REQUEST_TIMEOUT_S
+    """(connect, read) timeout of each page; None: wait as long as the server takes."""
+
+
+def builtin_listing(group: str, resource: str, namespaced: Callable[..., Any], every: Callable[..., Any],
+                    **options: Any) -> Listing:
+    """A built-in kind from its two client functions: ``list_namespaced_<kind>`` and
+    ``list_<kind>_for_all_namespaces``."""
+    return Listing(group=group, resource=resource, **options,
+                   call=lambda *ns, **kw: namespaced(*ns, **kw) if ns else every(**kw))
+
+
+def custom_listing(custom: Any, group: str, version: str, plural: str, **options: Any) -> Listing:
+    """A custom resource through ``CustomObjectsApi`` (``custom``)."""
+    def call(*ns: str, **kw: Any) -> Any:
+        if ns:
+            return custom.list_namespaced_custom_object(group, version, ns[0], plural, **kw)
+        return custom.list_cluster_custom_object(group, version, plural, **kw)
+    return Listing(group=group, resource=plural, call=call, **options)
+
+
+def builtin_listings(api_client: client.ApiClient) -> dict[str, Listing]:
+    """The built-in kinds the halves list, by kind; each half takes the ones it reads and adds its own."""
+    core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
+    hpa, discovery = client.AutoscalingV2Api(api_client), client.DiscoveryV1Api(api_client)
+    return {
+        "Pod": builtin_listing("", "pods", core.list_namespaced_pod, core.list_pod_for_all_namespaces),
+        "Node": Listing(group="", resource="nodes", call=core.list_node, namespaced=False),
+        "LimitRange": builtin_listing("", "limitranges", core.list_namespaced_limit_range,
+                                      core.list_limit_range_for_all_namespaces),
+        "Deployment": builtin_listing("apps", "deployments", apps.list_namespaced_deployment,
+                                      apps.list_deployment_for_all_namespaces),
+        "StatefulSet": builtin_listing("apps", "statefulsets", apps.list_namespaced_stateful_set,
+                                       apps.list_stateful_set_for_all_namespaces),
+        "DaemonSet": builtin_listing("apps", "daemonsets", apps.list_namespaced_daemon_set,
+                                     apps.list_daemon_set_for_all_namespaces),
+        "ReplicaSet": builtin_listing("apps", "replicasets", apps.list_namespaced_replica_set,
+                                      apps.list_replica_set_for_all_namespaces),
+        "Job": builtin_listing("batch", "jobs", batch.list_namespaced_job, batch.list_job_for_all_namespaces),
+        "CronJob": builtin_listing("batch", "cronjobs", batch.list_namespaced_cron_job,
+                                   batch.list_cron_job_for_all_namespaces),
+        "ResourceQuota": builtin_listing("", "resourcequotas", core.list_namespaced_resource_quota,
+                                         core.list_resource_quota_for_all_namespaces),
+        "EndpointSlice": builtin_listing("discovery.k8s.io", "endpointslices", discovery.list_namespaced_endpoint_slice,
+                                         discovery.list_endpoint_slice_for_all_namespaces),
+        "HorizontalPodAutoscaler": builtin_listing(
+            "autoscaling", "horizontalpodautoscalers", hpa.list_namespaced_horizontal_pod_autoscaler,
+            hpa.list_horizontal_pod_autoscaler_for_all_namespaces),
+    }
 
 
 def _forbidden(listing: Listing, namespace: str | None, err: client.ApiException) -> PermanentKubeError:
@@ -61,7 +112,7 @@ def _page(listing: Listing, namespace: str | None, cont: str | None, **kwargs: A
     scope = f"in namespace {namespace}" if namespace else "cluster-wide"
     try:
         resp = listing.call(*args, limit=PAGE_SIZE, _continue=cont, _preload_content=False,
-                            _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
+                            _request_timeout=listing.request_timeout, **kwargs)
         body: Obj = json.loads(resp.data)
         return body
     except client.ApiException as err:

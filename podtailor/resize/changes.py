@@ -275,3 +275,9 @@ def merge_limit_ranges(a: LimitRangeView, b: LimitRangeView) -> LimitRangeView:
                                                                  b.max_limit_request_ratio_memory))
 
 
+def limit_ranges_by_namespace(views: Iterable[LimitRangeView]) -> dict[str, LimitRangeView]:
+    """Namespace -> the tightest of its LimitRanges (``merge_limit_ranges``), namespaces in first-seen order."""
+    out: dict[str, LimitRangeView] = {}
+    for view in views:
+        out[view.namespace] = merge_limit_ranges(out[view.namespace], view) if view.namespace in out else view
+    return out

@@ -16,8 +16,8 @@ from typing import Any
 from kubernetes import client
 
 from podtailor.kube.errors import KubeError, TemporaryKubeError, classify, is_not_found
-from podtailor.resources import CurrentResources, Resources
-from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
+from podtailor.kube.fields import pod_containers
+from podtailor.resources import CurrentResources, parse_resources
 from recommender.kube.vpa_objects import GROUP, PLURAL, VERSION, TargetRef, VpaSpec
 
 CHECKPOINT_GROUP, CHECKPOINT_VERSION, CHECKPOINT_PLURAL = "podtailor.io", "v1alpha1", "recommendercheckpoints"
@@ -39,23 +39,15 @@ class Workload:
     containers: tuple[ContainerTemplate, ...]
 
 
-def _resources(raw: Mapping[str, Any] | None) -> Resources:
-    raw = raw or {}
-    try:
-        return Resources(cpu_millicores=parse_cpu_millicores(raw["cpu"]) if "cpu" in raw else None,
-                         memory_bytes=parse_memory_bytes(raw["memory"]) if "memory" in raw else None)
-    except QuantityError:
-        return Resources()  # the API server validated these; unreadable means unsupported, not zero
-
-
 def containers_of(pod_spec: Mapping[str, Any]) -> tuple[ContainerTemplate, ...]:
-    """Regular containers and native sidecars (restartable init containers) of a pod spec."""
+    """Regular containers and native sidecars (restartable init containers) of a pod spec; an unreadable
+    quantity (the API server validated them) counts as unset, never as zero."""
     out = []
-    sidecars = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    for c, sidecar in [(c, True) for c in sidecars] + [(c, False) for c in pod_spec.get("containers") or []]:
+    for c, sidecar, _ in pod_containers(pod_spec):
         res = c.get("resources") or {}
         out.append(ContainerTemplate(name=c["name"], sidecar=sidecar, current=CurrentResources(
-            requests=_resources(res.get("requests")), limits=_resources(res.get("limits")))))
+            requests=parse_resources(res.get("requests"), where="requests", lenient=True),
+            limits=parse_resources(res.get("limits"), where="limits", lenient=True))))
     return tuple(out)
 
 

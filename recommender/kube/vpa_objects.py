@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podtailor.resources import Resources
-from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
+from podtailor.resources import Resources, ResourcesError, parse_resources
 from recommender.model.types import ContainerPolicy, ControlledValues
 
 GROUP, VERSION, PLURAL = "autoscaling.k8s.io", "v1", "verticalpodautoscalers"
@@ -59,11 +58,9 @@ def _resources(raw: Any, where: str) -> Resources:
     if not isinstance(raw, Mapping):
         raise VpaConfigError(f"{where} must be a map of resources")
     try:
-        cpu = parse_cpu_millicores(raw["cpu"]) if "cpu" in raw else None
-        memory = parse_memory_bytes(raw["memory"]) if "memory" in raw else None
-    except QuantityError as err:
-        raise VpaConfigError(f"{where}: {err}") from None
-    return Resources(cpu_millicores=cpu, memory_bytes=memory)
+        return parse_resources(raw, where=where)
+    except ResourcesError as err:
+        raise VpaConfigError(str(err)) from None
 
 
 def _policy(raw: Mapping[str, Any], index: int) -> tuple[str, ContainerPolicy]:

@@ -2,10 +2,11 @@
 
 Owns every call the report makes to the API server. ``Discovery.read`` lists Deployments, StatefulSets,
 DaemonSets, CronJobs, Jobs, ReplicaSets, running Pods, Argo Rollouts (when ``argoproj.io`` serves them),
-Nodes, autoscaling/v2 HPAs and LimitRanges, each as raw JSON (``_preload_content=False``) in pages of
-``PAGE_SIZE``, never one call per workload. It then keeps the top-level workloads (Jobs owned by a
-CronJob, ReplicaSets owned by a Deployment or Rollout and pods with a controller are part of their owner),
-applies the kind and label-selector filters, and attaches each workload's running pods.
+Nodes, autoscaling/v2 HPAs and LimitRanges, each as raw JSON in pages (``podtailor.kube.listing``, without
+its request timeout: a one-off read waits as long as the API server takes), never one call per workload.
+It then keeps the top-level workloads (Jobs owned by a CronJob, ReplicaSets owned by a Deployment or
+Rollout and pods with a controller are part of their owner), applies the kind and label-selector filters,
+and attaches each workload's running pods.
 
 Failures become ``KubeError``s (``podtailor.kube.errors``): a 403 names the verb, resource, API group and
 scope that are missing. Two lists are optional: Rollouts (404: the CRD is not installed, so there are none;
@@ -15,34 +16,27 @@ read-only roles often lack them).
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
 
-from podtailor.kube.errors import KubeError, PermanentKubeError, TemporaryKubeError, classify
-from podtailor.resize.changes import merge_limit_ranges
-from podtailor.resize.types import LimitRangeView
+from podtailor.kube import fields
+from podtailor.kube.errors import KubeError, PermanentKubeError
+from podtailor.kube.listing import Listing, Obj, builtin_listings, custom_listing, list_raw
+from podtailor.resize.changes import limit_ranges_by_namespace
 from recommender.report import objects as ob
 from recommender.report.types import KINDS, Inventory, PodInfo, Workload, WorkloadKey
 
-Obj = dict[str, Any]
-PAGE_SIZE = 1000
 TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job", "ReplicaSet", "Rollout")
 ROLLOUT = ("argoproj.io", "v1alpha1", "rollouts")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Listing:
-    group: str
-    resource: str
-    call: Callable[..., Any]
-    """call(namespace or None, **kwargs) -> raw HTTP response."""
-    namespaced: bool = True
-    optional: bool = False
+LISTED = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Rollout", "Pod", "Node",
+          "HorizontalPodAutoscaler", "LimitRange")
+"""In this order (the progress bar names each)."""
+OPTIONAL = frozenset({"Rollout", "Node"})
+"""Kinds the report does without: a 403 is a warning, a 404 (Rollouts: the CRD is not installed) means none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,94 +49,48 @@ class Filters:
 
 
 def _listings(api: client.ApiClient) -> dict[str, Listing]:
-    core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
-    hpa, custom = client.AutoscalingV2Api(api), client.CustomObjectsApi(api)
-
-    def pick(namespaced: Callable[..., Any], every: Callable[..., Any]) -> Callable[..., Any]:
-        return lambda ns, **kw: namespaced(ns, **kw) if ns else every(**kw)
-
-    def rollouts(ns: str | None, **kw: Any) -> Any:
-        if ns:
-            return custom.list_namespaced_custom_object(*ROLLOUT[:2], ns, ROLLOUT[2], **kw)
-        return custom.list_cluster_custom_object(*ROLLOUT, **kw)
-
-    return {
-        "Deployment": Listing(group="apps", resource="deployments", call=pick(
-            apps.list_namespaced_deployment, apps.list_deployment_for_all_namespaces)),
-        "StatefulSet": Listing(group="apps", resource="statefulsets", call=pick(
-            apps.list_namespaced_stateful_set, apps.list_stateful_set_for_all_namespaces)),
-        "DaemonSet": Listing(group="apps", resource="daemonsets", call=pick(
-            apps.list_namespaced_daemon_set, apps.list_daemon_set_for_all_namespaces)),
-        "ReplicaSet": Listing(group="apps", resource="replicasets", call=pick(
-            apps.list_namespaced_replica_set, apps.list_replica_set_for_all_namespaces)),
-        "Job": Listing(group="batch", resource="jobs", call=pick(batch.list_namespaced_job,
-                                                                 batch.list_job_for_all_namespaces)),
-        "CronJob": Listing(group="batch", resource="cronjobs", call=pick(
-            batch.list_namespaced_cron_job, batch.list_cron_job_for_all_namespaces)),
-        "Rollout": Listing(group=ROLLOUT[0], resource=ROLLOUT[2], call=rollouts, optional=True),
-        "Pod": Listing(group="", resource="pods", call=pick(core.list_namespaced_pod,
-                                                            core.list_pod_for_all_namespaces)),
-        "Node": Listing(group="", resource="nodes", call=lambda _ns, **kw: core.list_node(**kw), namespaced=False,
-                        optional=True),
-        "HorizontalPodAutoscaler": Listing(group="autoscaling", resource="horizontalpodautoscalers", call=pick(
-            hpa.list_namespaced_horizontal_pod_autoscaler, hpa.list_horizontal_pod_autoscaler_for_all_namespaces)),
-        "LimitRange": Listing(group="", resource="limitranges", call=pick(
-            core.list_namespaced_limit_range, core.list_limit_range_for_all_namespaces)),
-    }
+    every = {**builtin_listings(api), "Rollout": custom_listing(client.CustomObjectsApi(api), *ROLLOUT)}
+    return {kind: replace(every[kind], request_timeout=None) for kind in LISTED}
 
 
 class Discovery:
     """Reads an ``Inventory``; holds nothing between reads but the API clients and counters."""
 
     def __init__(self, api: client.ApiClient, listings: dict[str, Listing] | None = None) -> None:
-        self.listings = listings if listings is not None else _listings(api)
+        self.listings = {kind: replace(listing, call=self._counted(listing.call)) for kind, listing in
+                         (listings if listings is not None else _listings(api)).items()}
         self.requests = 0
         self.warnings: list[str] = []
 
     # ----------------------------------------------------------------------------------------- calls
-    def _page(self, listing: Listing, ns: str | None, cont: str | None, **kwargs: Any) -> Obj | None:
-        scope = f"in namespace {ns}" if ns else "cluster-wide"
-        self.requests += 1
-        try:
-            resp = listing.call(ns, limit=PAGE_SIZE, _continue=cont, _preload_content=False, **kwargs)
-            body: Obj = json.loads(resp.data)
-            return body
-        except client.ApiException as err:
-            if err.status == 404 and listing.optional:
-                return None  # the CRD is not installed: no objects of that kind
-            if err.status == 403:
-                group = f"apiGroup '{listing.group}'" if listing.group else "the core API group"
-                text = (f"missing permission: cannot list {listing.resource} {scope} (RBAC verb 'list' on "
-                        f"resource '{listing.resource}', {group})")
-                if listing.optional:
-                    self.warnings.append(text)
-                    return None
-                raise PermanentKubeError(text, status=403) from err
-            raise classify(err, f"list {listing.resource} {scope}") from err
-        except ValueError as err:
-            raise TemporaryKubeError(f"list {listing.resource} {scope}: unreadable answer: {err}") from err
-        except KubeError:
-            raise
-        except Exception as err:
-            raise classify(err, f"list {listing.resource} {scope}") from err
+    def _counted(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.requests += 1
+            return call(*args, **kwargs)
+        return counted
 
-    def _list_one(self, listing: Listing, ns: str | None, **kwargs: Any) -> list[Obj]:
-        items: list[Obj] = []
-        cont: str | None = None
-        while True:
-            body = self._page(listing, ns, cont, **kwargs)
-            if body is None:
-                return items
-            items.extend(body.get("items") or ())
-            cont = (body.get("metadata") or {}).get("continue") or None
-            if not cont:
-                return items
+    def _list_one(self, kind: str, ns: str | None, **kwargs: Any) -> list[Obj]:
+        listing = self.listings[kind]
+        try:
+            return list_raw(listing, ns, **kwargs)
+        except KubeError as err:
+            if err.status == 404 and kind in OPTIONAL:
+                return []  # the CRD is not installed: no objects of that kind
+            if err.status != 403:
+                raise
+            group = f"apiGroup '{listing.group}'" if listing.group else "the core API group"
+            text = (f"missing permission: cannot list {listing.resource} "
+                    f"{f'in namespace {ns}' if ns else 'cluster-wide'} (RBAC verb 'list' on "
+                    f"resource '{listing.resource}', {group})")
+            if kind in OPTIONAL:
+                self.warnings.append(text)
+                return []
+            raise PermanentKubeError(text, status=403) from err
 
     def list(self, kind: str, namespaces: Sequence[str], **kwargs: Any) -> list[Obj]:
-        listing = self.listings[kind]
-        if not listing.namespaced or not namespaces:
-            return self._list_one(listing, None, **kwargs)
-        return [obj for ns in namespaces for obj in self._list_one(listing, ns, **kwargs)]
+        if not self.listings[kind].namespaced or not namespaces:
+            return self._list_one(kind, None, **kwargs)
+        return [obj for ns in namespaces for obj in self._list_one(kind, ns, **kwargs)]
 
     # ------------------------------------------------------------------------------------------ read
     def read(self, filters: Filters, progress: Callable[[str], None] | None = None) -> Inventory:
@@ -233,9 +181,5 @@ def assemble(raw: dict[str, list[Obj]], requirements: list[tuple[str, str, froze
         found = ob.hpa_target(obj)
         if found is not None:
             hpas[found[0]] = hpas[found[0]] | found[1]
-    ranges: dict[str, LimitRangeView] = {}
-    for obj in raw.get("LimitRange", []):
-        view = ob.limit_range(obj)
-        ranges[view.namespace] = merge_limit_ranges(ranges[view.namespace], view) if view.namespace in ranges \
-            else view
+    ranges = limit_ranges_by_namespace(fields.limit_range(obj, lenient=True) for obj in raw.get("LimitRange", []))
     return Inventory(workloads=tuple(workloads), nodes=nodes, hpa_resources=dict(hpas), limit_ranges=ranges)

@@ -5,8 +5,9 @@ Owns the pure half of discovery: the label-selector match (kubectl syntax: ``k=v
 containers, plain init containers, with requests, limits and resizePolicy), replicas per kind, the
 top-level owner of a pod (pod -> ReplicaSet -> Deployment or Rollout, pod -> Job -> CronJob, StatefulSet and
 DaemonSet directly, no owner or a Node -> the pod itself, as the Prometheus owner index keys them), node
-pools (the first present of the usual pool label keys unless one is named), the resources an HPA scales on
-by utilization, and the Container LimitRanges of a namespace merged tightest-wins.
+pools (the first present of the usual pool label keys unless one is named) and the resources an HPA scales
+on by utilization. Containers, HPAs and LimitRanges are read by ``podtailor.kube.fields`` as the updater reads
+them; here an unreadable value counts as unset (the API server validated it) instead of skipping the object.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from podtailor.resize.changes import merge_limit_ranges
-from podtailor.resize.types import LimitRangeView
-from podtailor.resources import CurrentResources, Resources
-from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes, parse_quantity
+from podtailor.kube import fields
+from podtailor.resources import CurrentResources, parse_resources
 from recommender.report.types import ContainerSpec, NodeInfo, PodInfo, Role
 
 Obj = dict[str, Any]
@@ -75,32 +74,20 @@ def matches(requirements: list[tuple[str, str, frozenset[str]]], labels: Mapping
     return True
 
 
-def resources(raw: Mapping[str, Any] | None) -> Resources:
-    """Requests or limits; an unreadable quantity (the API server validated it) counts as unset."""
-    raw = raw or {}
-    try:
-        return Resources(cpu_millicores=parse_cpu_millicores(raw["cpu"]) if "cpu" in raw else None,
-                         memory_bytes=parse_memory_bytes(raw["memory"]) if "memory" in raw else None)
-    except QuantityError:
-        return Resources()
-
-
 def _container(c: Obj, role: Role) -> ContainerSpec:
     res = c.get("resources") or {}
     policy = {str(p.get("resourceName")): str(p.get("restartPolicy", "NotRequired"))
               for p in c.get("resizePolicy") or () if isinstance(p, dict)}
     return ContainerSpec(name=str(c.get("name", "")), role=role, resize_policy=policy, current=CurrentResources(
-        requests=resources(res.get("requests")), limits=resources(res.get("limits"))))
+        requests=parse_resources(res.get("requests"), where="requests", lenient=True),
+        limits=parse_resources(res.get("limits"), where="limits", lenient=True)))
 
 
 def containers(pod_spec: Mapping[str, Any], *, with_init: bool = True) -> tuple[ContainerSpec, ...]:
-    """Native sidecars, regular containers, then (``with_init``) plain init containers."""
-    inits = list(pod_spec.get("initContainers") or ())
-    out = [_container(c, Role.SIDECAR) for c in inits if c.get("restartPolicy") == "Always"]
-    out += [_container(c, Role.CONTAINER) for c in pod_spec.get("containers") or ()]
-    if with_init:
-        out += [_container(c, Role.INIT) for c in inits if c.get("restartPolicy") != "Always"]
-    return tuple(out)
+    """Native sidecars, regular containers, then (``with_init``) plain init containers; an unreadable
+    quantity (the API server validated them) counts as unset."""
+    return tuple(_container(c.raw, Role.SIDECAR if c.sidecar else Role.INIT if c.init else Role.CONTAINER)
+                 for c in fields.pod_containers(pod_spec, with_init=with_init))
 
 
 def template_spec(kind: str, obj: Obj) -> Obj:
@@ -168,43 +155,15 @@ def node_info(obj: Obj, pool_label: str | None) -> NodeInfo:
     pool = labels.get(pool_label, "") if pool_label else next(
         (labels[k] for k in POOL_LABEL_KEYS if labels.get(k)), "")
     return NodeInfo(name=str(meta.get("name", "")), pool=str(pool),
-                    allocatable=resources((obj.get("status") or {}).get("allocatable")))
+                    allocatable=parse_resources((obj.get("status") or {}).get("allocatable"), where="allocatable",
+                                                lenient=True))
 
 
 def hpa_target(obj: Obj) -> tuple[tuple[str, str, str], frozenset[str]] | None:
-    """((namespace, kind, name) of the scale target, resources scaled on by utilization); an HPA without
-    metrics scales on 80% CPU utilization (the controller's default)."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    ref = spec.get("scaleTargetRef") or {}
-    if not isinstance(ref.get("kind"), str) or not isinstance(ref.get("name"), str):
-        return None
-    metrics = spec.get("metrics")
-    found: set[str] = set() if metrics else {"cpu"}
-    for metric in metrics or ():
-        source = {"Resource": "resource", "ContainerResource": "containerResource"}.get(metric.get("type", ""))
-        body = (metric.get(source) or {}) if source else {}
-        if (body.get("target") or {}).get("type") == "Utilization" and body.get("name") in ("cpu", "memory"):
-            found.add(str(body["name"]))
-    return (str(meta.get("namespace", "")), ref["kind"], ref["name"]), frozenset(found)
-
-
-def _ratio(raw: object) -> float | None:
+    """((namespace, kind, name) of the scale target, cpu and memory where scaled on by utilization); None
+    without a target. An HPA without metrics scales on 80% CPU utilization (the controller's default)."""
     try:
-        return None if raw is None else float(parse_quantity(raw))  # type: ignore[arg-type]
-    except (QuantityError, TypeError):
+        target = fields.hpa_target(obj)
+    except fields.MalformedObject:
         return None
-
-
-def limit_range(obj: Obj) -> LimitRangeView:
-    """The Container-type items of one LimitRange merged tightest-wins."""
-    ns = str((obj.get("metadata") or {}).get("namespace", ""))
-    view = LimitRangeView(namespace=ns)
-    for item in (obj.get("spec") or {}).get("limits") or ():
-        if item.get("type") != "Container":
-            continue
-        ratio = item.get("maxLimitRequestRatio") or {}
-        view = merge_limit_ranges(view, LimitRangeView(
-            namespace=ns, min=resources(item.get("min")), max=resources(item.get("max")),
-            max_limit_request_ratio_cpu=_ratio(ratio.get("cpu")),
-            max_limit_request_ratio_memory=_ratio(ratio.get("memory"))))
-    return view
+    return (target.namespace, target.kind, target.name), target.utilization & {"cpu", "memory"}

@@ -1,10 +1,10 @@
 """Field readers shared by the adapter's converters: quantities, timestamps and conditions of raw API dicts.
 
 Owns turning the small recurring pieces of Kubernetes objects into values: a ``{cpu, memory}`` resource
-list into ``Resources`` (exact, rounded up once, through ``podtailor.units``; cached because a
-cluster repeats the same few strings thousands of times), an RFC 3339 timestamp into Unix seconds, and
-a condition list into its entry of one type. Anything malformed raises ``MalformedObject`` with the
-field's path; converters let it propagate so the reader skips that one object and counts it.
+list into ``Resources`` (``podtailor.resources.parse_resources``, re-exported here as ``resources``), an
+RFC 3339 timestamp into Unix seconds, and a condition list into its entry of one type. Anything malformed
+raises ``MalformedObject`` (``podtailor.kube.fields``) with the field's path; converters let it propagate
+so the reader skips that one object and counts it.
 """
 
 from __future__ import annotations
@@ -14,49 +14,23 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from podtailor.resources import Resources
-from podtailor.units import QuantityError, parse_cpu_millicores, parse_memory_bytes
-
-Obj = dict[str, Any]
+from podtailor.kube.fields import MalformedObject, Obj, resources
+from podtailor.resources import Resources, ResourcesError, parse_amount
 
 
-class MalformedObject(ValueError):
-    """An API object with a field that cannot be read; the object is skipped, never guessed."""
-
-
-@lru_cache(maxsize=8192)
-def _cpu(text: str) -> int:
-    return parse_cpu_millicores(text)
-
-
-@lru_cache(maxsize=8192)
-def _memory(text: str) -> int:
-    return parse_memory_bytes(text)
+def _amount(name: str, raw: object, where: str) -> int:
+    try:
+        return parse_amount(name, raw, where=where)
+    except ResourcesError as err:
+        raise MalformedObject(str(err)) from None
 
 
 def cpu_millicores(raw: object, where: str) -> int:
-    try:
-        return _cpu(raw) if isinstance(raw, str) else parse_cpu_millicores(raw)  # type: ignore[arg-type]
-    except (QuantityError, TypeError) as err:
-        raise MalformedObject(f"{where}.cpu: {err}") from None
+    return _amount("cpu", raw, where)
 
 
 def memory_bytes(raw: object, where: str) -> int:
-    try:
-        return _memory(raw) if isinstance(raw, str) else parse_memory_bytes(raw)  # type: ignore[arg-type]
-    except (QuantityError, TypeError) as err:
-        raise MalformedObject(f"{where}.memory: {err}") from None
-
-
-def resources(raw: object, where: str) -> Resources:
-    """A resource list (other resources than cpu and memory are ignored); None or absent -> unset."""
-    if raw is None:
-        return Resources()
-    if not isinstance(raw, Mapping):
-        raise MalformedObject(f"{where}: not a resource list")
-    cpu, memory = raw.get("cpu"), raw.get("memory")
-    return Resources(cpu_millicores=None if cpu is None else cpu_millicores(cpu, where),
-                     memory_bytes=None if memory is None else memory_bytes(memory, where))
+    return _amount("memory", raw, where)
 
 
 def optional_resources(raw: object, where: str) -> Resources | None:
@@ -109,3 +83,7 @@ def string_map(raw: object, where: str) -> dict[str, str]:
     if not isinstance(raw, Mapping):
         raise MalformedObject(f"{where}: not a map")
     return {str(k): str(v) for k, v in raw.items()}
+
+
+__all__ = ["MalformedObject", "Obj", "condition", "condition_true", "cpu_millicores", "integer", "memory_bytes",
+           "optional_resources", "optional_timestamp_s", "resources", "string_map", "timestamp_s"]

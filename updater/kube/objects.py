@@ -4,9 +4,9 @@ Owns the conversions the snapshot needs besides pods: a Node into ``NodeView`` (
 Ready and MemoryPressure from its conditions, allocatable, cordoned); a VerticalPodAutoscaler into
 ``WorkloadTarget`` (``status.recommendation.containerRecommendations`` target and bounds joined with
 ``spec.resourcePolicy.containerPolicies``, the "*" policy as default; stale when our recommender's
-``Stale`` condition is True); an autoscaling/v2 HPA into ``HpaView`` (the resources it scales on by
-Utilization, Resource and ContainerResource metrics alike); and a namespace's LimitRanges merged into
-one ``LimitRangeView`` (Container type only; the tightest min, max and limit/request ratio win).
+``Stale`` condition is True); an autoscaling/v2 HPA into ``HpaView`` (the base's ``hpa_target`` with the
+workload identity the planner keys on); and a namespace's LimitRanges merged into one ``LimitRangeView``
+(the base's ``limit_range``; Container type only, the tightest min, max and limit/request ratio win).
 Malformed content raises ``MalformedObject``; the reader skips that object.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from podtailor.kube.fields import hpa_target
+from podtailor.resize.changes import limit_ranges_by_namespace
 from podtailor.resize.types import ContainerTarget, LimitRangeView
-from podtailor.resources import Resources
-from podtailor.units import QuantityError, parse_quantity
 from updater.kube.fields import MalformedObject, Obj, condition_true, resources, string_map
 from updater.policy.types import HpaView, NodeView, WorkloadTarget
 
@@ -101,84 +101,20 @@ def vpa_target_key(obj: Obj) -> tuple[str, str, str]:
             str(ref.get("name", "")))
 
 
-# ------------------------------------------------------------------------------------------------ HPAs
+# ------------------------------------------------------------------------------------ HPAs, LimitRanges
 def convert_hpa(obj: Obj) -> HpaView:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    where = f"HPA {meta.get('namespace')}/{meta.get('name')}"
-    ref = spec.get("scaleTargetRef") or {}
-    if not isinstance(ref.get("kind"), str) or not isinstance(ref.get("name"), str):
-        raise MalformedObject(f"{where}: spec.scaleTargetRef needs kind and name")
-    metrics = spec.get("metrics")
-    utilization: set[str] = set() if metrics else {"cpu"}  # no metrics: the controller's 80% CPU default
-    for metric in metrics or ():
-        source = {"Resource": "resource", "ContainerResource": "containerResource"}.get(metric.get("type", ""))
-        body = (metric.get(source) or {}) if source else {}
-        if (body.get("target") or {}).get("type") == "Utilization" and isinstance(body.get("name"), str):
-            utilization.add(body["name"])
-    return HpaView(namespace=str(meta.get("namespace", "")), workload_kind=ref["kind"], workload_name=ref["name"],
-                   utilization_resources=frozenset(utilization))
-
-
-# ----------------------------------------------------------------------------------------- LimitRanges
-def _ratio(raw: object, where: str) -> float | None:
-    if raw is None:
-        return None
-    try:
-        return float(parse_quantity(raw))  # type: ignore[arg-type]
-    except (QuantityError, TypeError) as err:
-        raise MalformedObject(f"{where}: {err}") from None
-
-
-def _tighter(a: int | None, b: int | None, pick: Any) -> int | None:
-    return b if a is None else a if b is None else pick(a, b)
-
-
-def _merge(a: Resources, b: Resources, pick: Any) -> Resources:
-    return Resources(cpu_millicores=_tighter(a.cpu_millicores, b.cpu_millicores, pick),
-                     memory_bytes=_tighter(a.memory_bytes, b.memory_bytes, pick))
-
-
-def _ratio_min(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def container_limits(obj: Obj) -> LimitRangeView:
-    """The Container-type limits of one LimitRange object (several items of that type merged)."""
-    meta = obj.get("metadata") or {}
-    where = f"LimitRange {meta.get('namespace')}/{meta.get('name')}"
-    view = LimitRangeView(namespace=str(meta.get("namespace", "")))
-    for i, item in enumerate((obj.get("spec") or {}).get("limits") or ()):
-        if item.get("type") != "Container":
-            continue
-        ratio = item.get("maxLimitRequestRatio") or {}
-        view = merge_limit_ranges(view, LimitRangeView(
-            namespace=view.namespace, min=resources(item.get("min"), f"{where} limits[{i}].min"),
-            max=resources(item.get("max"), f"{where} limits[{i}].max"),
-            max_limit_request_ratio_cpu=_ratio(ratio.get("cpu"), f"{where} limits[{i}].maxLimitRequestRatio.cpu"),
-            max_limit_request_ratio_memory=_ratio(ratio.get("memory"),
-                                                  f"{where} limits[{i}].maxLimitRequestRatio.memory")))
-    return view
-
-
-def merge_limit_ranges(a: LimitRangeView, b: LimitRangeView) -> LimitRangeView:
-    """The tightest of both: the higher min, the lower max, the lower ratio (unset loses to set)."""
-    return LimitRangeView(namespace=a.namespace, min=_merge(a.min, b.min, max), max=_merge(a.max, b.max, min),
-                          max_limit_request_ratio_cpu=_ratio_min(a.max_limit_request_ratio_cpu,
-                                                                 b.max_limit_request_ratio_cpu),
-                          max_limit_request_ratio_memory=_ratio_min(a.max_limit_request_ratio_memory,
-                                                                    b.max_limit_request_ratio_memory))
+    target = hpa_target(obj)
+    return HpaView(namespace=target.namespace, workload_kind=target.kind, workload_name=target.name,
+                   utilization_resources=target.utilization)
 
 
 def merge_by_namespace(views: Iterable[LimitRangeView]) -> tuple[LimitRangeView, ...]:
-    merged: dict[str, LimitRangeView] = {}
-    for view in views:
-        merged[view.namespace] = merge_limit_ranges(merged[view.namespace], view) if view.namespace in merged \
-            else view
+    """One view per namespace that has some Container limit, sorted by namespace."""
     empty = LimitRangeView(namespace="")
-    return tuple(v for _, v in sorted(merged.items())
+    return tuple(v for _, v in sorted(limit_ranges_by_namespace(views).items())
                  if (v.min, v.max, v.max_limit_request_ratio_cpu, v.max_limit_request_ratio_memory)
                  != (empty.min, empty.max, None, None))
 
 
-__all__ = ["POOL_LABEL_KEYS", "container_limits", "convert_hpa", "convert_node", "convert_vpa",
+__all__ = ["POOL_LABEL_KEYS", "convert_hpa", "convert_node", "convert_vpa",
            "merge_by_namespace", "node_pool"]

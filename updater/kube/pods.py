@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from podtailor.kube.fields import pod_containers
 from podtailor.resize.types import ContainerView, QoS
 from podtailor.resources import Resources
 from updater.answers import infeasible_cause
@@ -37,11 +38,6 @@ from updater.policy.types import PodView
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 OwnerOf = Callable[[str, str, list[Obj], Mapping[str, str]], tuple[str, str]]
 """(namespace, pod name, ownerReferences, labels) -> (workload kind, workload name)."""
-
-
-def _containers(spec: Mapping[str, Any]) -> list[tuple[Obj, bool]]:
-    sidecars = [(c, True) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
-    return sidecars + [(c, False) for c in spec.get("containers") or ()]
 
 
 def _statuses(status: Mapping[str, Any]) -> dict[str, Obj]:
@@ -145,7 +141,7 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
     where = f"pod {ns}/{name}"
     statuses = _statuses(status)
     pairs = [_container(c, sidecar, statuses.get(c.get("name", "")), f"{where} container {c.get('name')}")
-             for c, sidecar in _containers(spec)]
+             for c, sidecar, _ in pod_containers(spec)]
     resize = _resize_state(status, where)
     common: dict[str, Any] = {
         "namespace": ns, "name": name, "uid": str(meta.get("uid", "")),

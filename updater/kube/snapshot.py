@@ -29,13 +29,13 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from podtailor.kube.errors import classify
-from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing, list_raw
+from podtailor.kube.fields import limit_range
+from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing, builtin_listings, custom_listing, list_raw
 from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures, features_for
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
 from updater.kube.objects import (
-    container_limits,
     convert_hpa,
     convert_node,
     convert_vpa,
@@ -134,51 +134,14 @@ class ClusterReader:
         """Reads of one kind in one scope that listed because its cache was not current (while watching)."""
         self._version: tuple[ServerVersion, float] | None = None
         self._lock = threading.Lock()
-        core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
-        batch, custom = client.BatchV1Api(api_client), client.CustomObjectsApi(api_client)
-        hpa = client.AutoscalingV2Api(api_client)
-        discovery = client.DiscoveryV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
         self.version_api: Any = client.VersionApi(api_client)  # raw JSON calls: typed as Any
-
-        def custom_list(group: str, version: str, plural: str) -> Callable[..., Any]:
-            def call(*ns: str, **kw: Any) -> Any:
-                if ns:
-                    return custom.list_namespaced_custom_object(group, version, ns[0], plural, **kw)
-                return custom.list_cluster_custom_object(group, version, plural, **kw)
-            return call
-
-        def kind(group: str, resource: str, namespaced: Callable[..., Any], every: Callable[..., Any]) -> Listing:
-            return Listing(group=group, resource=resource,
-                           call=lambda *ns, **kw: namespaced(*ns, **kw) if ns else every(**kw))
-
         self.listings: dict[str, Listing] = {
-            "Pod": kind("", "pods", core.list_namespaced_pod, core.list_pod_for_all_namespaces),
-            "Node": Listing(group="", resource="nodes", call=core.list_node, namespaced=False),
-            "LimitRange": kind("", "limitranges", core.list_namespaced_limit_range,
-                               core.list_limit_range_for_all_namespaces),
-            "Deployment": kind("apps", "deployments", apps.list_namespaced_deployment,
-                               apps.list_deployment_for_all_namespaces),
-            "StatefulSet": kind("apps", "statefulsets", apps.list_namespaced_stateful_set,
-                                apps.list_stateful_set_for_all_namespaces),
-            "DaemonSet": kind("apps", "daemonsets", apps.list_namespaced_daemon_set,
-                              apps.list_daemon_set_for_all_namespaces),
-            "ReplicaSet": kind("apps", "replicasets", apps.list_namespaced_replica_set,
-                               apps.list_replica_set_for_all_namespaces),
-            "Job": kind("batch", "jobs", batch.list_namespaced_job, batch.list_job_for_all_namespaces),
-            "CronJob": kind("batch", "cronjobs", batch.list_namespaced_cron_job,
-                            batch.list_cron_job_for_all_namespaces),
-            "ResourceQuota": kind("", "resourcequotas", core.list_namespaced_resource_quota,
-                                  core.list_resource_quota_for_all_namespaces),
-            "EndpointSlice": kind("discovery.k8s.io", "endpointslices", discovery.list_namespaced_endpoint_slice,
-                                  discovery.list_endpoint_slice_for_all_namespaces),
-            "HorizontalPodAutoscaler": kind("autoscaling", "horizontalpodautoscalers",
-                                            hpa.list_namespaced_horizontal_pod_autoscaler,
-                                            hpa.list_horizontal_pod_autoscaler_for_all_namespaces),
+            **builtin_listings(api_client),
             # Without the VPA CRD there are no targets; without ours, no policies (the defaults apply).
-            "VerticalPodAutoscaler": Listing(group=VPA_GROUP, resource=VPA_PLURAL, optional=True,
-                                             call=custom_list(VPA_GROUP, VPA_VERSION, VPA_PLURAL)),
-            "ResizePolicy": Listing(group=POLICY_GROUP, resource=POLICY_PLURAL, namespaced=False, optional=True,
-                                    call=custom_list(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL)),
+            "VerticalPodAutoscaler": custom_listing(custom, VPA_GROUP, VPA_VERSION, VPA_PLURAL, optional=True),
+            "ResizePolicy": custom_listing(custom, POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, namespaced=False,
+                                           optional=True),
         }
 
     def start_watching(self, namespaces: Sequence[str] = (), watch_client: client.ApiClient | None = None,
@@ -318,7 +281,7 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
         targets=tuple(_convert_all("VerticalPodAutoscaler", raw.get("VerticalPodAutoscaler", ()), target, skipped)),
         hpas=tuple(_convert_all("HorizontalPodAutoscaler", raw.get("HorizontalPodAutoscaler", ()), convert_hpa,
                                 skipped)),
-        limit_ranges=merge_by_namespace(_convert_all("LimitRange", raw.get("LimitRange", ()), container_limits,
+        limit_ranges=merge_by_namespace(_convert_all("LimitRange", raw.get("LimitRange", ()), limit_range,
                                                      skipped)),
         nodes=tuple(nodes), policies=policies, policy_errors=policy_errors, approvals=frozenset(index.approvals),
         server_version=version, resize_subresource_supported=features.resize_subresource,

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from podtailor.resize.changes import merge_limit_ranges
+from podtailor.resize.changes import limit_ranges_by_namespace
 from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures, features_for
 from updater.policy.batching import Candidate, build_batches, frozen_pools
@@ -31,13 +31,6 @@ ACTIONABLE = frozenset({Action.RESIZE_ONLINE, Action.RESIZE_RESTART})
 
 
 
-
-
-def _index_limit_ranges(limit_ranges: Iterable[LimitRangeView]) -> dict[str, LimitRangeView]:
-    out: dict[str, LimitRangeView] = {}
-    for lr in limit_ranges:
-        out[lr.namespace] = merge_limit_ranges(out[lr.namespace], lr) if lr.namespace in out else lr
-    return out
 
 
 def _index_hpas(hpas: Iterable[HpaView]) -> dict[WorkloadKey, frozenset[str]]:
@@ -61,7 +54,7 @@ def plan(*, pods: Iterable[PodView], targets: Iterable[WorkloadTarget], hpas: It
     ctx = Context(
         policy=policy, now_s=now_s,
         targets={(t.namespace, t.workload_kind, t.workload_name): t for t in targets},
-        hpa_resources=_index_hpas(hpas), limit_ranges=_index_limit_ranges(limit_ranges),
+        hpa_resources=_index_hpas(hpas), limit_ranges=limit_ranges_by_namespace(limit_ranges),
         nodes={n.name: n for n in node_list}, frozen=frozen, approvals=approvals,
         pod_level_resize_supported=pod_level_resize_supported, features=features or features_for(1, 37),
         restart_window_open=restart_allowed_now(policy.maintenance_windows, now_s))

@@ -22,12 +22,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from podtailor.kube.fields import limit_range
 from podtailor.kube.listing import Listing, list_raw
 from podtailor.resize.changes import Constraints
 from podtailor.resize.types import LimitRangeView
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
-from updater.kube.objects import container_limits, convert_hpa, convert_vpa, merge_by_namespace, vpa_target_key
+from updater.kube.objects import convert_hpa, convert_vpa, merge_by_namespace, vpa_target_key
 from updater.kube.quotas import convert_quota
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
 from updater.policy.types import QuotaView, WorkloadTarget
@@ -111,7 +112,7 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]]) -> TargetSnapshot:
     index.add("ReplicaSet", raw.get("ReplicaSet", ()))
     index.add("Job", raw.get("Job", ()))
     targets, broken = _vpas(raw.get("VerticalPodAutoscaler", ()))
-    limit_ranges = merge_by_namespace(_convert("LimitRange", raw.get("LimitRange", ()), container_limits))
+    limit_ranges = merge_by_namespace(_convert("LimitRange", raw.get("LimitRange", ()), limit_range))
     hpas = _convert("HorizontalPodAutoscaler", raw.get("HorizontalPodAutoscaler", ()), convert_hpa)
     quotas: dict[str, list[QuotaView]] = {}
     for q in _convert("ResourceQuota", raw.get("ResourceQuota", ()), convert_quota):

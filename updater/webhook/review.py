@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from podtailor.kube.fields import is_sidecar, pod_containers
 from podtailor.resize.changes import RESOURCES, get
 from podtailor.resize.types import ContainerChange, ContainerView
 from podtailor.units import format_cpu, format_memory
@@ -50,10 +51,6 @@ class Resolver(Protocol):
     def resolve(self, namespace: str, meta: Mapping[str, Any]) -> Resolution: ...
 
 
-def _sidecar(c: object) -> bool:
-    return isinstance(c, dict) and c.get("restartPolicy") == "Always"
-
-
 def _view(c: object, sidecar: bool, where: str) -> ContainerView:
     if not isinstance(c, dict) or not isinstance(c.get("name"), str):
         raise MalformedObject(f"{where}: a container without a name")
@@ -70,12 +67,11 @@ def pod_resources(spec: Mapping[str, Any], where: str = "pod") -> PodResources:
     inits, regular = spec.get("initContainers") or [], spec.get("containers") or []
     if not isinstance(inits, list) or not isinstance(regular, list):
         raise MalformedObject(f"{where}: containers are not lists")
-    sidecars = [_view(c, True, where) for c in inits if _sidecar(c)]
-    plain = [_view(c, False, where) for c in inits if not _sidecar(c)]
+    views = [(_view(c.raw, c.sidecar, where), c.init) for c in pod_containers(spec, with_init=True)]
     pod_level = spec.get("resources") or {}
     deadline = spec.get("activeDeadlineSeconds")
-    return PodResources(containers=tuple(sidecars + [_view(c, False, where) for c in regular]),
-                        init_containers=tuple((v.requests, v.limits) for v in plain),
+    return PodResources(containers=tuple(v for v, init in views if not init),
+                        init_containers=tuple((v.requests, v.limits) for v, init in views if init),
                         pod_level=isinstance(pod_level, dict) and bool(pod_level.get("requests")
                                                                         or pod_level.get("limits")),
                         priority_class=str(spec.get("priorityClassName") or ""),
@@ -103,7 +99,7 @@ def json_patch(pod: Mapping[str, Any], decision: AdmissionDecision) -> list[Obj]
     spec, ops = pod.get("spec") or {}, []
     for key, only_sidecars in (("initContainers", True), ("containers", False)):
         for i, c in enumerate(spec.get(key) or []):
-            if (only_sidecars and not _sidecar(c)) or c.get("name") not in changes:
+            if (only_sidecars and not is_sidecar(c)) or c.get("name") not in changes:
                 continue
             ops.append({"op": "add", "path": f"/spec/{key}/{i}/resources",
                         "value": _new_resources(c, changes[c["name"]])})
