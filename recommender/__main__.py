@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
-import socket
 import sys
-import threading
 import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from podtailor.runtime.cli import UsageError, add_kube_flags, command_parser, duration_s, kube_client, setup_logging
+from podtailor.runtime.cli import (
+    UsageError,
+    add_kube_flags,
+    add_logging_flags,
+    command_parser,
+    duration_s,
+    kube_client,
+    setup_logging,
+)
+from podtailor.runtime.leader import add_leader_election_flags
+from podtailor.runtime.serve import add_listen_flag
 from recommender import __version__
 from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, prometheus_config
 
@@ -53,8 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_kube_flags(p)
         add_prometheus_flags(p)
         add_engine_flags(p)
-        p.add_argument("--log-format", choices=["text", "json"], default="text", help="log format (default: text)")
-        p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+        add_logging_flags(p)
     once.add_argument("-o", "--output", choices=["table", "json"], default="table", help="what to print")
     from recommender.backtest.cli import add_backtest_parser
     from recommender.report.cli import add_report_parser
@@ -63,12 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_backtest_parser(sub)
     g = run.add_argument_group("Continuous mode")
     g.add_argument("--interval", type=duration_s, default=60.0, metavar="DURATION", help="pass interval (default: 1m)")
-    g.add_argument("--listen", default="0.0.0.0:8942", metavar="HOST:PORT",
-                   help="address of /metrics, /healthz and /readyz (default: %(default)s)")
-    g.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                   help="use a Lease so only one replica works (default: on)")
-    g.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "podtailor-system"))
-    g.add_argument("--leader-election-id", default="podtailor-recommender")
+    add_listen_flag(g, "0.0.0.0:8942")
+    add_leader_election_flags(g, "podtailor-recommender")
     return parser
 
 
@@ -106,60 +107,36 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    from podtailor.runtime.leader import exit_lost_leadership, start_election
-    from podtailor.runtime.serve import Health, make_server
+    from podtailor.runtime.loop import RunLoop, until_stopped
+    from podtailor.runtime.serve import PassFreshness, make_server
 
     registry = CollectorRegistry()
     engine, api = build_engine(args, registry)
-    host, _, port = args.listen.rpartition(":")
-    health = Health(stale_after_s=3 * args.interval + 60)
-    server = make_server(host or "0.0.0.0", int(port), registry, health)
-    stop, exit_code = threading.Event(), [0]
-    scheduler = BackgroundScheduler()
+    health = PassFreshness(stale_after_s=3 * args.interval + 60)
+    server = make_server(args.listen, registry, health)
 
     def one_pass() -> None:
-        try:
-            report = engine.run_pass(time.time())
-            engine.metrics.passes.labels("stale" if report.stale else "ok").inc()
-            with health.lock:
-                health.last_success_monotonic = time.monotonic()
-            engine.metrics.last_success.set_to_current_time()
-        except Exception as err:  # the one broad catch: a failed pass is retried at the next interval
-            engine.metrics.passes.labels("failed").inc()
-            log.error("pass failed; retrying at the next interval", extra={"error": str(err)})
+        report = engine.run_pass(time.time())
+        engine.metrics.passes.labels("stale" if report.stale else "ok").inc()
+        health.passed()
+        engine.metrics.last_success.set_to_current_time()
+
+    # A pass that overruns the interval skips the slots it covered, as APScheduler's interval trigger would.
+    loop = RunLoop(one_pass, interval_s=args.interval, log=log, skip_missed=True,
+                   failed=lambda _: engine.metrics.passes.labels("failed").inc())
 
     def start_work() -> None:
-        with health.lock:
-            health.leading = True
-        scheduler.add_job(one_pass, "interval", seconds=args.interval, next_run_time=None, max_instances=1,
-                          coalesce=True, id="pass")
-        scheduler.start()
-        scheduler.modify_job("pass", next_run_time=__import__("datetime").datetime.now())
+        health.leading()
+        loop.start()
 
-    def lost() -> None:
-        log.error("leadership lost; exiting so the pod restarts as a candidate")
-        exit_code[0] = 1
-        stop.set()
-
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    if args.leader_elect:
-        identity = f"{socket.gethostname()}-{os.getpid()}"
-        start_election(api, name=args.leader_election_id, namespace=args.leader_election_namespace,
-                       identity=identity, on_started=start_work, on_stopped=lost)
-    else:
-        start_work()
     log.info("recommender running", extra={"listen": args.listen, "interval_s": args.interval})
-    stop.wait()
-    if exit_code[0] == 1:  # the new leader holds the state now: no checkpoint from here
-        exit_lost_leadership()
-    if scheduler.running:
-        scheduler.shutdown(wait=True)
+    until_stopped(api, args, start_work=start_work, log=log)
+    loop.stop()
+    if loop.started:  # after the pass in progress, if any
+        loop.join()
         engine.checkpoint_all(time.time())
     server.shutdown()
-    return exit_code[0]
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

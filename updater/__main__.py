@@ -11,8 +11,6 @@ import argparse
 import json
 import logging
 import os
-import signal
-import socket
 import sys
 import threading
 import time
@@ -22,6 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from podtailor.runtime.cli import UsageError
 from updater import __version__
 from updater.metrics import UpdaterMetrics
 
@@ -44,12 +43,10 @@ commands:
 log = logging.getLogger("podtailor.updater")
 
 
-class UsageError(Exception):
-    """Bad command-line input; nothing was contacted or changed."""
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from podtailor.runtime.cli import add_kube_flags, command_parser, duration_s
+    from podtailor.runtime.cli import add_kube_flags, add_logging_flags, command_parser, duration_s
+    from podtailor.runtime.leader import add_leader_election_flags
+    from podtailor.runtime.serve import add_listen_flag
 
     parser, sub = command_parser("podtailor-updater", DESCRIPTION, __version__)
     plan = sub.add_parser("plan", help="show what would be done, change nothing",
@@ -68,23 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_kube_flags(p)
         p.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable)")
         p.add_argument("--pool-label", help="node label naming the pool (default: the policy's, or common keys)")
-        p.add_argument("--log-format", choices=["text", "json"], default="text")
-        p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+        add_logging_flags(p)
     plan.add_argument("-o", "--output", choices=["table", "json"], default="table")
     g = run.add_argument_group("Continuous mode")
     g.add_argument("--interval", type=duration_s, default=10.0, metavar="DURATION", help="pass interval (default: 10s)")
-    g.add_argument("--listen", default="0.0.0.0:8943", metavar="HOST:PORT",
-                   help="address of /metrics, /healthz and /readyz (default: %(default)s)")
-    g.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "podtailor-system"))
-    g.add_argument("--leader-election-id", default="podtailor-updater")
+    add_listen_flag(g, "0.0.0.0:8943")
+    add_leader_election_flags(g, "podtailor-updater")
     return parser
 
 
 def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Any:
     """(Executor, ApiClient, ClusterReader) for the flags; every read lists (``run`` adds the watch-fed caches:
     ``watch``)."""
-    from podtailor.runtime.cli import UsageError as CliUsageError
     from podtailor.runtime.cli import kube_client
     from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
     from updater.policy.planner import plan
@@ -99,10 +91,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
         TemplatePatcher,
     )
 
-    try:
-        api = kube_client(args)
-    except CliUsageError as err:
-        raise UsageError(str(err)) from None
+    api = kube_client(args)
     reader = ClusterReader(api)
     namespaces = tuple(args.namespace)
     executor = Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
@@ -164,19 +153,26 @@ CACHE_SYNC_S = 10.0
 """At start, how long ``watch`` waits for the caches' first lists before the first pass."""
 
 
-def pause_after_pass(result: Any, started: float, interval_s: float, stop: threading.Event,
-                     pod_changed: threading.Event | None) -> None:
-    """Wait as ``run`` does after a pass that started at ``started`` (``time.monotonic``) and returned
-    ``result`` (a PassResult): until ``interval_s`` after its start, or just after the next bake's end if that
-    is sooner, or, while a batch waits for the kubelets and pod changes are watched (``pod_changed``, cleared
-    when the pass started), until a pod changes; in the last two cases at least ``MIN_PASS_GAP_S`` after the
-    start. ``stop`` (and ``pod_changed``) end the wait."""
+def next_pass(result: Any, started: float, interval_s: float) -> tuple[float, float | None]:
+    """When the pass that started at ``started`` (``time.monotonic``) and returned ``result`` (a PassResult) is
+    followed, in seconds after its start: ``interval_s``, or just after the next bake's end if that is sooner
+    (at least ``MIN_PASS_GAP_S``); and, while a batch waits for the kubelets, how soon a change of a watched
+    pod may bring the next pass forward (``MIN_PASS_GAP_S``; None when no pod change should)."""
     wait_s = interval_s
     if result.next_bake_end_s is not None:  # a bake ends before the interval: pass right after it
         due_s = time.monotonic() - started + result.next_bake_end_s + 0.05 - time.time()
         wait_s = max(MIN_PASS_GAP_S, min(wait_s, due_s))
-    if result.awaiting_pods and pod_changed is not None:  # pass again as soon as a watched pod changes
-        stop.wait(max(0.0, MIN_PASS_GAP_S - (time.monotonic() - started)))
+    return wait_s, (MIN_PASS_GAP_S if result.awaiting_pods else None)
+
+
+def pause_after_pass(result: Any, started: float, interval_s: float, stop: threading.Event,
+                     pod_changed: threading.Event | None) -> None:
+    """Wait as ``run`` does after a pass (``next_pass``), in this thread: while a batch waits for the kubelets
+    and pod changes are watched (``pod_changed``, cleared when the pass started), until a pod changes, at the
+    earliest ``MIN_PASS_GAP_S`` after the start. ``stop`` (and ``pod_changed``) end the wait."""
+    wait_s, woken_after_s = next_pass(result, started, interval_s)
+    if woken_after_s is not None and pod_changed is not None:  # pass again as soon as a watched pod changes
+        stop.wait(max(0.0, woken_after_s - (time.monotonic() - started)))
         pod_changed.wait(max(0.0, wait_s - (time.monotonic() - started)))
     else:
         stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
@@ -216,75 +212,41 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from podtailor.runtime.leader import exit_lost_leadership, start_election
-    from podtailor.runtime.serve import Health, make_server
+    from podtailor.runtime.loop import Due, RunLoop, until_stopped
+    from podtailor.runtime.serve import PassFreshness, make_server
+
     registry = CollectorRegistry()
     metrics = UpdaterMetrics(registry)
     executor, api, reader = build_executor(args, metrics)
-    host, _, port = args.listen.rpartition(":")
-    health = Health(stale_after_s=3 * args.interval + 60)
-    server = make_server(host or "0.0.0.0", int(port), registry, health)
-    stop, leading, exit_code = threading.Event(), threading.Event(), [0]
-    pod_changed = threading.Event()
+    health = PassFreshness(stale_after_s=3 * args.interval + 60)
+    server = make_server(args.listen, registry, health)
 
-    def loop() -> None:
-        with health.lock:
-            health.leading = True
-        stop_watching = watch(executor, api, reader, tuple(args.namespace), pod_changed.set)
-        try:
-            passes()
-        finally:
-            stop_watching()
+    def one_pass() -> Due:
+        started = time.monotonic()
+        with metrics.pass_seconds.time():
+            result = executor.run_pass(time.time())
+        metrics.passes.labels("ok").inc()
+        metrics.writes.inc(result.writes)
+        metrics.rollouts_started.inc(len(result.started))
+        metrics.last_success.set_to_current_time()
+        health.passed()
+        wait_s, woken_after_s = next_pass(result, started, args.interval)  # woken: by a change of a watched pod
+        return Due(wait_s if woken_after_s is None else max(wait_s, woken_after_s), woken_after_s)
 
-    def passes() -> None:
-        while not stop.is_set():
-            started = time.monotonic()
-            pod_changed.clear()  # a change from now on may not be in this pass's read
-            try:
-                with metrics.pass_seconds.time():
-                    result = executor.run_pass(time.time())
-                metrics.passes.labels("ok").inc()
-                metrics.writes.inc(result.writes)
-                metrics.rollouts_started.inc(len(result.started))
-                metrics.last_success.set_to_current_time()
-                with health.lock:
-                    health.last_success_monotonic = time.monotonic()
-            except Exception as err:  # the one broad catch: the next pass re-reads everything
-                metrics.passes.labels("failed").inc()
-                retry_after = float(getattr(err, "retry_after_s", 0.0) or 0.0)  # API Priority and Fairness
-                log.error("pass failed; retrying at the next interval",
-                          extra={"error": str(err), "retry_after_s": retry_after})
-                stop.wait(max(0.0, retry_after - args.interval))
-                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
-                continue
-            pause_after_pass(result, started, args.interval, stop, pod_changed)
+    loop = RunLoop(one_pass, interval_s=args.interval, log=log, name="updater-pass",
+                   failed=lambda _: metrics.passes.labels("failed").inc())
 
     def start_work() -> None:
-        leading.set()
-        loop()
+        health.leading()
+        stop_watching = watch(executor, api, reader, tuple(args.namespace), loop.wake)
+        loop.start()
+        loop.join()  # stopped, and the pass in progress (if any) ended with the caches it started with
+        stop_watching()
 
-    def halt() -> None:
-        stop.set()
-        pod_changed.set()  # ends a wait for a pod change too
-
-    def lost() -> None:
-        if leading.is_set():
-            log.error("leadership lost; exiting so the pod restarts as a candidate")
-            exit_code[0] = 1
-        halt()
-
-    signal.signal(signal.SIGTERM, lambda *_: halt())
-    signal.signal(signal.SIGINT, lambda *_: halt())
-    if args.leader_elect:
-        start_election(api, name=args.leader_election_id, namespace=args.leader_election_namespace,
-                       identity=f"{socket.gethostname()}-{os.getpid()}", on_started=start_work, on_stopped=lost)
-    else:
-        threading.Thread(target=start_work, daemon=True, name="updater-loop").start()
-    stop.wait()
-    if exit_code[0] == 1:
-        exit_lost_leadership()
+    until_stopped(api, args, start_work=start_work, log=log)
+    loop.stop()  # a pass in progress is not waited for: the journal makes it safe to resume
     server.shutdown()
-    return exit_code[0]
+    return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

@@ -101,6 +101,16 @@ def kube_client(args: argparse.Namespace) -> client.ApiClient:
     return api
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_logging_flags(p: argparse._ActionsContainer, level: str = "info") -> None:
+    """``--log-format`` and ``--log-level`` (on a parser or an argument group), read by ``setup_logging``."""
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help="log format (default: text)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default=level, help=f"logs go to stderr (default: {level})")
+
+
 def setup_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":

@@ -1,4 +1,4 @@
-"""Lease leader election for the continuous recommender (two replicas, one active).
+"""Lease leader election for the continuous commands of both halves (two replicas, one active).
 
 Owns a thin wrapper around the official client's ``kubernetes.leaderelection`` (LeaseLock in
 ``coordination.k8s.io``): the lock uses our ApiClient (the library's default would use the global one), the
@@ -6,14 +6,17 @@ election runs in a daemon thread, and losing the lease calls ``on_stopped`` once
 the pod restarts as a candidate, as Kubernetes' own controllers do. Every lease call has a client-side
 timeout, and a call that gets no answer (timeout, refused, reset) counts as a failed attempt: the library
 only handles ``ApiException``, so anything else would end its thread silently, leaving a leader that never
-renews and never stops, or a standby that never campaigns again.
+renews and never stops, or a standby that never campaigns again. Also owns the leader-election flags of
+both ``run`` commands (``add_leader_election_flags``) and campaigning as they say (``campaign``).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -67,6 +70,29 @@ def start_election(api_client: client.ApiClient, *, name: str, namespace: str, i
     thread = threading.Thread(target=election.run, name="leader-election", daemon=True)
     thread.start()
     return thread
+
+
+def add_leader_election_flags(p: argparse._ActionsContainer, default_id: str) -> None:
+    """``--leader-elect`` (on by default), ``--leader-election-namespace`` and ``--leader-election-id``
+    (the Lease's name, ``default_id`` unless given), read by ``campaign``."""
+    p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                   help="use a Lease so only one replica works (default: on)")
+    p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "podtailor-system"),
+                   help="namespace of the Lease (default: $POD_NAMESPACE or podtailor-system)")
+    p.add_argument("--leader-election-id", default=default_id, help="name of the Lease (default: %(default)s)")
+
+
+def campaign(api_client: client.ApiClient, args: argparse.Namespace, *, on_started: Callable[[], None],
+             on_stopped: Callable[[], None]) -> None:
+    """Run ``on_started`` in a thread of its own once this replica leads, as the flags of
+    ``add_leader_election_flags`` say: through the Lease (``on_stopped`` once it is lost), or at once with
+    ``--no-leader-elect``. The identity is ``HOSTNAME-PID``."""
+    if args.leader_elect:
+        start_election(api_client, name=args.leader_election_id, namespace=args.leader_election_namespace,
+                       identity=f"{socket.gethostname()}-{os.getpid()}", on_started=on_started,
+                       on_stopped=on_stopped)
+    else:
+        threading.Thread(target=on_started, name="leading", daemon=True).start()
 
 
 def exit_lost_leadership() -> NoReturn:

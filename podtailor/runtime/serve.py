@@ -1,32 +1,52 @@
-"""The recommender's HTTP endpoints: ``/metrics``, ``/healthz`` and ``/readyz``.
+"""The processes' health: what ``/readyz`` reports, and the plain HTTP ``/metrics``, ``/healthz`` and ``/readyz``.
 
-Owns a small threaded HTTP server. ``/metrics`` renders the injected registry; ``/healthz`` answers while
-the process runs its loop; ``/readyz`` answers 200 once a pass has completed within ``stale_after_s`` (or
-while this replica is a standby that is not leading), else 503 with the reason.
+Owns the one readiness abstraction (``Readiness``: ``ready() -> (ok, why)``), the run loops' implementation
+of it (``PassFreshness``: ready once a pass has completed within ``stale_after_s``, or while this replica is
+a standby that is not leading), the answers of the three endpoints (``health_answer``: 200 ``ok`` for
+liveness, 200 or 503 with the reason for readiness, the registry's text for metrics) and a small threaded
+HTTP server that gives them (``make_server``). Servers of their own (the webhook's HTTPS one) answer the
+same paths with ``health_answer``.
 """
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
-class Health:
-    """Shared state the loop updates and the endpoints read."""
+class Readiness(Protocol):
+    def ready(self) -> tuple[bool, str]:
+        """Whether ``/readyz`` answers 200, and the reason it gives (its body)."""
+        ...
+
+
+class PassFreshness:
+    """Readiness of a run loop: ready while standby, then once a pass has succeeded within ``stale_after_s``.
+    The loop calls ``leading()`` when it starts working and ``passed()`` after each successful pass."""
 
     def __init__(self, stale_after_s: float) -> None:
         self.stale_after_s = stale_after_s
-        self.leading = False
+        self.is_leading = False
         self.last_success_monotonic: float | None = None
         self.lock = threading.Lock()
 
+    def leading(self) -> None:
+        with self.lock:
+            self.is_leading = True
+
+    def passed(self) -> None:
+        with self.lock:
+            self.last_success_monotonic = time.monotonic()
+
     def ready(self) -> tuple[bool, str]:
         with self.lock:
-            if not self.leading:
+            if not self.is_leading:
                 return True, "standby"
             if self.last_success_monotonic is None:
                 return False, "no pass completed yet"
@@ -36,30 +56,49 @@ class Health:
             return True, "ok"
 
 
-def make_server(address: str, port: int, registry: CollectorRegistry, health: Health) -> ThreadingHTTPServer:
+LIVENESS_PATHS = ("/healthz",)
+
+
+def health_answer(path: str, registry: CollectorRegistry, readiness: Readiness,
+                  liveness_paths: Sequence[str] = LIVENESS_PATHS) -> tuple[int, str, bytes] | None:
+    """(status, content type, body) of a GET of ``path`` (query removed) if it is ``/metrics``, ``/readyz`` or
+    one of ``liveness_paths``; None for any other path."""
+    if path == "/metrics":
+        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+    if path in liveness_paths:
+        return 200, "text/plain", b"ok\n"
+    if path == "/readyz":
+        ok, why = readiness.ready()
+        return (200 if ok else 503), "text/plain", f"{why}\n".encode()
+    return None
+
+
+NOT_FOUND = (404, "text/plain", b"not found\n")
+
+
+def add_listen_flag(p: argparse._ActionsContainer, default: str) -> None:
+    """``--listen HOST:PORT`` of ``make_server``."""
+    p.add_argument("--listen", default=default, metavar="HOST:PORT",
+                   help="address of /metrics, /healthz and /readyz (default: %(default)s)")
+
+
+def make_server(listen: str, registry: CollectorRegistry, readiness: Readiness) -> ThreadingHTTPServer:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``listen`` (``HOST:PORT``, HOST empty: all
+    addresses) in a daemon thread until ``shutdown()``."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
-                "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
-                "/healthz": lambda: (200, "text/plain", b"ok\n"),
-                "/readyz": self._ready,
-            }
-            route = routes.get(self.path.split("?", 1)[0])
-            code, ctype, body = route() if route else (404, "text/plain", b"not found\n")
+            code, ctype, body = health_answer(self.path.split("?", 1)[0], registry, readiness) or NOT_FOUND
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-        def _ready(self) -> tuple[int, str, bytes]:
-            ok, why = health.ready()
-            return (200 if ok else 503), "text/plain", f"{why}\n".encode()
-
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer((address, port), Handler)
+    host, _, port = listen.rpartition(":")
+    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="podtailor-http", daemon=True).start()
     return server

@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from podtailor.runtime.cli import UsageError, add_kube_flags, duration_s, kube_client
+from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags, duration_s, kube_client
 from recommender.cli import add_prometheus_flags, prometheus_config
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, get_strategy
 from recommender.report import render
@@ -81,9 +81,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--change-threshold", type=float, default=0.10, metavar="FRACTION",
                    help="the updater skips smaller request changes (default: 0.10, its default)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    g.add_argument("--log-format", choices=["text", "json"], default="text", help="log format (default: text)")
-    g.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning",
-                   help="logs go to stderr (default: warning)")
+    add_logging_flags(g, level="warning")
     return p
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from podtailor.runtime.cli import UsageError, add_kube_flags, duration_s, kube_client
+from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags, duration_s, kube_client
 
 log = logging.getLogger("podtailor.updater.webhook")
 MIN_REFRESH_S = 0.05
@@ -41,8 +41,7 @@ def add_webhook_parser(subparsers: Any) -> argparse.ArgumentParser:
         "webhook", help="run the mutating admission webhook", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_kube_flags(p)
-    p.add_argument("--log-format", choices=["text", "json"], default="text")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    add_logging_flags(p)
     g = p.add_argument_group("Serving")
     g.add_argument("--listen", default="0.0.0.0:9443", metavar="HOST:PORT",
                    help="HTTPS address of /mutate, /healthz, /readyz and /metrics (default: %(default)s)")
@@ -102,7 +101,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, CollectorRegistry, Any]:
     from updater.webhook.lifecycle import CertConfig, CertKeeper, Maintainer, names_for
     from updater.webhook.metrics import WebhookMetrics
     from updater.webhook.register import Registrar, Registration
-    from updater.webhook.server import Health
+    from updater.webhook.server import WebhookReadiness
 
     api = kube_client(args)
     mounted = tls.MountedCert(args.tls_cert_file, args.tls_key_file, args.tls_ca_file) \
@@ -121,7 +120,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, CollectorRegistry, Any]:
     registry = CollectorRegistry()
     cache = TargetCache(ClusterReader(api).listings)
     maintainer = Maintainer(cache=cache, keeper=keeper, registrar=Registrar(api) if args.register else None,
-                            registration=registration, metrics=WebhookMetrics(registry), health=Health())
+                            registration=registration, metrics=WebhookMetrics(registry), health=WebhookReadiness())
     return maintainer, keeper, registry, cache
 
 

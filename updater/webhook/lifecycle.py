@@ -25,7 +25,7 @@ from updater.webhook import tls
 from updater.webhook.cache import KINDS, TargetCache
 from updater.webhook.metrics import WebhookMetrics
 from updater.webhook.register import Registrar, Registration, configuration, registered_bundle
-from updater.webhook.server import Health
+from updater.webhook.server import WebhookReadiness
 
 log = logging.getLogger("podtailor.updater.webhook")
 
@@ -99,7 +99,7 @@ class CertKeeper:
 
 class Maintainer:
     def __init__(self, *, cache: TargetCache, keeper: CertKeeper, registrar: Registrar | None,
-                 registration: Registration, metrics: WebhookMetrics, health: Health) -> None:
+                 registration: Registration, metrics: WebhookMetrics, health: WebhookReadiness) -> None:
         self.cache, self.keeper, self.registrar = cache, keeper, registrar
         self.registration, self.metrics, self.health = registration, metrics, health
 

@@ -4,8 +4,9 @@ Owns TLS per connection (the context is read from a callable at every accept, so
 used by the next connection without a restart; the handshake runs in the connection's thread, never in the
 accept loop), HTTP/1.1 keep-alive (the API server reuses connections), the body limit (``MAX_BODY_BYTES``:
 a larger review gets 413 without being read, which the API server treats as a failed call and, with
-``failurePolicy: Ignore``, admits the pod), and the timing and counting of every review. ``/readyz`` is
-200 once the cache has synced and the webhook is registered (``Health``).
+``failurePolicy: Ignore``, admits the pod), and the timing and counting of every review. The GET endpoints
+answer as the base's plain HTTP server does (``podtailor.runtime.serve.health_answer``, ``/livez`` too);
+``/readyz`` is 200 once the cache has synced and the webhook is registered (``WebhookReadiness``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
+from podtailor.runtime.serve import NOT_FOUND, health_answer
 from updater.webhook.metrics import WebhookMetrics
 from updater.webhook.mutation import Outcome
 from updater.webhook.review import Resolver, admit
@@ -31,10 +33,11 @@ MAX_BODY_BYTES = 3 * 2**20
 """The API server's own request limit; a review above it is not read."""
 HANDSHAKE_TIMEOUT_S = 5.0
 IDLE_TIMEOUT_S = 60.0
+LIVENESS_PATHS = ("/healthz", "/livez")
 
 
-class Health:
-    """What ``/readyz`` reports; set by the maintenance loop."""
+class WebhookReadiness:
+    """What ``/readyz`` reports (a ``podtailor.runtime.serve.Readiness``); set by the maintenance loop."""
 
     def __init__(self) -> None:
         self.synced = threading.Event()
@@ -74,7 +77,7 @@ class _Server(ThreadingHTTPServer):
 
 class _App:
     def __init__(self, resolver: Resolver, registry: CollectorRegistry, metrics: WebhookMetrics,
-                 health: Health) -> None:
+                 health: WebhookReadiness) -> None:
         self.resolver, self.registry, self.metrics, self.health = resolver, registry, metrics, health
 
     def mutate(self, body: bytes) -> bytes:
@@ -101,15 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         app, path = self.server.app, self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(200, CONTENT_TYPE_LATEST, generate_latest(app.registry))
-        elif path in ("/healthz", "/livez"):
-            self._send(200, "text/plain", b"ok\n")
-        elif path == "/readyz":
-            ok, why = app.health.ready()
-            self._send(200 if ok else 503, "text/plain", f"{why}\n".encode())
-        else:
-            self._send(404, "text/plain", b"not found\n")
+        self._send(*(health_answer(path, app.registry, app.health, LIVENESS_PATHS) or NOT_FOUND))
 
     def do_POST(self) -> None:
         app = self.server.app
@@ -136,7 +131,7 @@ class WebhookServer:
     """Serves until ``shutdown()``; ``port`` is the bound port (useful with port 0)."""
 
     def __init__(self, host: str, port: int, context: Callable[[], ssl.SSLContext], resolver: Resolver,
-                 registry: CollectorRegistry, metrics: WebhookMetrics, health: Health) -> None:
+                 registry: CollectorRegistry, metrics: WebhookMetrics, health: WebhookReadiness) -> None:
         self.httpd = _Server((host, port), context, _App(resolver, registry, metrics, health))
         self.port = int(self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="webhook-https", daemon=True)
