@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 from kubernetes import client
 
-from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
+from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
 from updater.answers import InfeasibleCause, Refusal, features_for, forbidden_refusal, infeasible_cause
 from updater.kube.pods import convert_pod
 from updater.kube.refusals import Refused, refusal_of, write_error
@@ -159,7 +159,7 @@ def test_versions_give_their_own_features() -> None:
 
 def test_the_plan_says_which_answer_a_target_above_the_node_gets_and_skips_mirror_pods() -> None:
     from podtailor.resize.types import Reason
-    from tests.unit.test_policy_builders import ctarget, decide_one, pod, wtarget
+    from tests.builders.policy import ctarget, decide_one, pod, wtarget
     from updater.policy.types import Action
 
     above = wtarget(ctarget(cpu=6000))  # 6000m on a 4-core node

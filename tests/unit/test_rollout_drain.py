@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
-from tests.unit.test_webhook_builders import apply, patch_of, pod, review, snapshot
+from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
+from tests.builders.webhook import apply, patch_of, pod, review, snapshot
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
 from updater.rollout import machine
 from updater.rollout.journal import EntryState, Phase
@@ -79,8 +79,8 @@ def test_the_webhook_adds_the_gate_to_opted_in_pods_only() -> None:
 
 
 def test_the_plan_flags_a_restart_without_drain() -> None:
-    from tests.unit.test_policy_builders import GI, MI, container, ctarget, decide_one, wtarget
-    from tests.unit.test_policy_builders import pod as pod_view
+    from tests.builders.policy import GI, MI, container, ctarget, decide_one, wtarget
+    from tests.builders.policy import pod as pod_view
 
     restarting = container(mem=512 * MI, policy={"memory": "RestartContainer"})
     t = wtarget(ctarget(cpu=500, mem=GI))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from podtailor.kube.errors import TemporaryKubeError
-from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs
+from tests.builders.rollout import NEW, NOW, OLD, entry, obs
 from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, RolloutPolicy
 from updater.rollout import machine
@@ -197,7 +197,7 @@ def test_what_is_known_ahead_of_a_journal_is_dropped_when_another_writer_changes
 
 
 def test_derivable_is_only_answered_resizes_and_pods_seen_verified() -> None:
-    from updater.rollout.executor import derivable
+    from updater.rollout.entries import derivable
 
     planned = pool_rollout("p1", 2)
     batch = replace(planned.batches[0], phase=BatchPhase.APPLYING, started_s=NOW, deadline_s=NOW + 600)

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from podtailor.kube.errors import PermanentKubeError, TemporaryKubeError
 from podtailor.resize.types import ContainerChange, Reason
-from tests.unit.test_rollout_machine import NEW, NOW, OLD, entry, obs, rollout
+from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
 from updater.answers import Refusal
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
@@ -97,7 +97,7 @@ def decision(pod: str, action: Action = Action.RESIZE_ONLINE, uid: str | None = 
 
 
 def test_an_earlier_infeasible_verdict_is_shown_to_the_planner_as_infeasible() -> None:
-    from tests.unit.test_policy_builders import pod
+    from tests.builders.policy import pod
 
     a, b = pod("a", ns="ns"), pod("b", ns="ns")
     journal = rollout(replace(entry("a", 0), uid=a.uid, state=EntryState.INFEASIBLE, message="Node didn't have enough"))

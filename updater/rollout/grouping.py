@@ -8,14 +8,15 @@ Pods a policy does not cover stay in its group; the planner marks them not cover
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from updater.kube.policy_crd import PolicyError, parse_policy, select_policy
 from updater.policy.types import PodView, RolloutPolicy
+from updater.rollout.ports import PassSnapshot
 
 
-def group_by_policy(snap: Any) -> list[tuple[RolloutPolicy, Sequence[PodView]]]:
-    errors = list(getattr(snap, "policy_errors", ()) or ())
+def group_by_policy(snap: PassSnapshot) -> list[tuple[RolloutPolicy, Sequence[PodView]]]:
+    policy_errors: Sequence[str] = getattr(snap, "policy_errors", ()) or ()  # optional: see PassSnapshot
+    errors = list(policy_errors)
     if errors:
         raise PolicyError(f"{len(errors)} ResizePolicy object(s) cannot be read, so nothing is acted on until "
                           f"they are fixed: {'; '.join(str(e) for e in errors)[:1000]}")

@@ -10,16 +10,17 @@ drained first (gate False, then no ready endpoint left) and put back once its co
 (gate True, then the pod Ready). Infeasible (or Deferred past its timeout) sends a pod back to its
 recorded values and leaves it for the fallback, without failing the batch. ``advance`` never performs
 anything: the executor performs the returned effects and then records their outcome with ``settle``.
+
+The effects and the journal edits every phase uses are in ``machine_effects.py``; verifying and the gates in
+``machine_verify.py``; applying, baking, rollback and ``settle`` here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 
-from podtailor.resources import Resources
-from podtailor.units import format_cpu, format_memory
 from updater.answers import Refusal
 from updater.observe import PodObservation
 from updater.rollout.journal import (
@@ -29,144 +30,42 @@ from updater.rollout.journal import (
     TEMPLATE,
     BatchPhase,
     BatchRecord,
-    ContainerValues,
     Entry,
     EntryState,
     Phase,
     Rollout,
 )
+from updater.rollout.machine_effects import (
+    WAITING,
+    Effect,
+    Event,
+    Evict,
+    PatchTemplate,
+    Resize,
+    SetServing,
+    Timeouts,
+    WorkloadObservation,
+    Workloads,
+    resize_effect,
+    same_pod,
+    serving_effect,
+    set_batch,
+    set_entries,
+    spec_matches,
+)
+from updater.rollout.machine_verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Resize:
-    """Patch the pod's resize subresource to ``values`` (precondition: its uid, and the spec still ``expect``)."""
-
-    key: str
-    namespace: str
-    pod: str
-    uid: str
-    values: tuple[ContainerValues, ...]
-    expect: tuple[ContainerValues, ...]
-    purpose: str
-    """apply | revert"""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    namespace: str
-    pod: str | None
-    reason: str
-    message: str
-    warning: bool = False
-    kind: str = ""
-    """With ``name``: the Event is about this workload (recorded on it, in its namespace)."""
-    name: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Evict:
-    """Evict the pod through the Eviction API, with its uid as precondition (PDBs decide)."""
-
-    key: str
-    namespace: str
-    pod: str
-    uid: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PatchTemplate:
-    """Set the workload's pod-template resources (our own field manager) so its controller rolls the pods."""
-
-    key: str
-    namespace: str
-    kind: str
-    name: str
-    values: tuple[ContainerValues, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadObservation:
-    ready: int
-    """Ready, non-terminating pods of the workload now."""
-    template: tuple[ContainerValues, ...] | None = None
-    """The pod template's resources for the containers the journal names (None: not read)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetServing:
-    """Set the pod's serving gate condition (``pods/status``, uid precondition): False takes it out of its
-    Services' endpoints before a restarting resize, True puts it back."""
-
-    key: str
-    namespace: str
-    pod: str
-    uid: str
-    serving: bool
-
-
-Effect = Resize | Event | Evict | PatchTemplate | SetServing
-MAX_TEMPLATE_REVERTS = 3
-WAITING = frozenset({EntryState.PLANNED, EntryState.APPLYING, EntryState.EVICTING, EntryState.BLOCKED,
-                     EntryState.DRAINING})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Timeouts:
-    verify_s: float = 3600.0
-    deferred_s: float = 300.0
-
-
-def spec_matches(obs: PodObservation, values: Iterable[ContainerValues]) -> bool:
-    for v in values:
-        c = obs.containers.get(v.name)
-        if c is None or c.spec_requests != v.requests or c.spec_limits != v.limits:
-            return False
-    return True
-
-
-def _actual_matches(obs: PodObservation, values: Iterable[ContainerValues]) -> bool:
-    for v in values:
-        c = obs.containers.get(v.name)
-        if c is None or c.actual_requests != v.requests or (c.actual_limits or _none()) != v.limits:
-            return False
-    return True
-
-
-def _none() -> object:
-    from podtailor.resources import Resources
-
-    return Resources()
-
-
-def _same_pod(entry: Entry, obs: PodObservation | None) -> bool:
-    return obs is not None and obs.uid == entry.uid and not obs.deleting
-
-
-def _resize(entry: Entry, purpose: str) -> Resize:
-    values, expect = (entry.after, entry.before) if purpose == "apply" else (entry.before, entry.after)
-    return Resize(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, values=values,
-                  expect=expect, purpose=purpose)
-
-
-def _set_entries(r: Rollout, changed: Mapping[str, Entry]) -> Rollout:
-    return replace(r, entries=tuple(changed.get(e.key, e) for e in r.entries))
-
-
-def _set_batch(r: Rollout, batch: BatchRecord) -> Rollout:
-    return replace(r, batches=tuple(batch if b.index == batch.index else b for b in r.batches))
+__all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Resize", "SetServing",
+           "Timeouts", "WorkloadObservation", "Workloads", "advance", "settle", "spec_matches"]
 
 
 # ----------------------------------------------------------------------------------------------- applying
-def _serving(entry: Entry, serving: bool) -> SetServing:
-    return SetServing(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, serving=serving)
-
-
 def _drain(entry: Entry, obs: PodObservation) -> tuple[Entry, list[Effect]] | None:
     """Before a gated pod's restarting resize: set its gate False, then wait until no EndpointSlice lists it
     as ready (the EndpointSlice controller follows the pod's Ready). None: drained, go on with the resize."""
     if obs.serving is not False:
         return replace(entry, state=EntryState.DRAINING, message="draining: serving gate set False"), [
-            _serving(entry, False)]
+            serving_effect(entry, False)]
     if obs.endpoint_ready:
         return replace(entry, state=EntryState.DRAINING, message="draining: waiting for the endpoints"), []
     return None
@@ -175,7 +74,7 @@ def _drain(entry: Entry, obs: PodObservation) -> tuple[Entry, list[Effect]] | No
 def _start_or_resume(entry: Entry, obs: PodObservation | None, now_s: float) -> tuple[Entry, list[Effect]]:
     """An entry in Planned, Draining or Applying: decide from the live spec whether the resize still has to be
     sent (a gated pod's restarting resize is drained first)."""
-    if not _same_pod(entry, obs):
+    if not same_pod(entry, obs):
         return replace(entry, state=EntryState.GONE, message="pod gone before the resize"), []
     assert obs is not None
     if entry.drain and entry.state in (EntryState.PLANNED, EntryState.DRAINING) and spec_matches(obs, entry.before):
@@ -188,7 +87,7 @@ def _start_or_resume(entry: Entry, obs: PodObservation | None, now_s: float) -> 
                        applied_s=entry.applied_s or now_s), []
     if not spec_matches(obs, entry.before):
         return replace(entry, state=EntryState.SKIPPED, message="resources changed by someone else since planned"), []
-    return replace(entry, state=EntryState.APPLYING, applied_s=now_s), [_resize(entry, "apply")]
+    return replace(entry, state=EntryState.APPLYING, applied_s=now_s), [resize_effect(entry, "apply")]
 
 
 def _start_evict(entry: Entry, obs: PodObservation | None, now_s: float) -> tuple[Entry, list[Effect]]:
@@ -240,161 +139,14 @@ def _apply_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservatio
             slots -= sum(1 for e in eff if not isinstance(e, Event))
             changed[entry.key] = new
             effects += eff
-    r = _set_entries(r, changed)
+    r = set_entries(r, changed)
     if batch.phase == BatchPhase.PENDING:
         batch = replace(batch, phase=BatchPhase.APPLYING, started_s=now_s, deadline_s=now_s + timeouts.verify_s)
         effects.append(Event(namespace="", pod=None, reason="BatchStarted",
                              message=f"pool {r.pool}: batch {batch.index + 1}/{len(r.batches)} started"))
     if not any(e.state in WAITING for e in r.entries_of(batch.index)):
         batch = replace(batch, phase=BatchPhase.VERIFYING)
-    return _set_batch(r, batch), effects
-
-
-# ---------------------------------------------------------------------------------------------- verifying
-def _restarts_ok(entry: Entry, obs: PodObservation) -> str | None:
-    for name, before in entry.restarts_before.items():
-        c = obs.containers.get(name)
-        if c is None:
-            continue
-        allowed = before + (1 if name in entry.restarting else 0)
-        if c.restart_count > allowed:
-            return f"container {name} restarted unexpectedly ({before} -> {c.restart_count})"
-    return None
-
-
-def _oom_since(entry: Entry, obs: PodObservation) -> str | None:
-    for name, c in obs.containers.items():
-        if c.last_termination_reason == "OOMKilled" and c.last_termination_s is not None and \
-                entry.applied_s is not None and c.last_termination_s >= entry.applied_s - 1:
-            return f"container {name} was OOM-killed after the resize"
-    return None
-
-
-def _actuation_error(entry: Entry, obs: PodObservation, now_s: float, timeouts: Timeouts) -> str | None:
-    """PodResizeInProgress with reason Error for longer than the Deferred timeout. The kubelet retries on every
-    sync, so a short error may clear; one that lasts is most often a memory limit below the container's current
-    usage (1.34+), which is a target the pod cannot live with: a gate failure, like an OOM kill after a
-    decrease, so the pool halts and the batch's pods are restored (this pod still runs its old values)."""
-    if obs.resize_error is None or entry.applied_s is None or now_s - entry.applied_s <= timeouts.deferred_s:
-        return None
-    return (f"the kubelet has not been able to apply the resize for {now_s - entry.applied_s:.0f}s: "
-            f"{obs.resize_error or 'PodResizeInProgress reason Error'}")
-
-
-def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeouts: Timeouts) -> tuple[Entry, str]:
-    """Returns the entry's new state and, for a gate failure, a non-empty reason."""
-    if not _same_pod(entry, obs):
-        return replace(entry, state=EntryState.GONE, message="pod gone during verification"), ""
-    assert obs is not None
-    caught_up = obs.observed_generation >= (entry.generation or 0)
-    if caught_up and obs.resize_pending == "Infeasible":
-        cause = obs.infeasible_cause.value if obs.infeasible_cause else "unknown"
-        message = f"Infeasible ({cause}): {obs.resize_pending_message}"
-        return replace(entry, state=EntryState.INFEASIBLE, message=message), ""
-    if caught_up and obs.resize_pending == "Deferred" and obs.resize_pending_since_s is not None and \
-            now_s - obs.resize_pending_since_s > timeouts.deferred_s:
-        message = f"Deferred for more than {timeouts.deferred_s:.0f}s: {obs.resize_pending_message}"
-        return replace(entry, state=EntryState.INFEASIBLE, message=message), ""
-    failure = _oom_since(entry, obs) or _restarts_ok(entry, obs) or _actuation_error(entry, obs, now_s, timeouts)
-    if failure:
-        return entry, failure
-    ready = obs.containers_ready if entry.drain else obs.ready
-    done = (caught_up and obs.resize_pending is None and not obs.resize_in_progress and ready
-            and _actual_matches(obs, entry.after))
-    if done and entry.drain and not (obs.serving and obs.ready):
-        return replace(entry, message="restarted and ready: serving gate set True"), ""  # the caller sets it
-    if done:
-        return replace(entry, state=EntryState.VERIFIED, message=""), ""
-    return entry, ""
-
-
-def _change_text(entry: Entry) -> str:
-    """The requests that changed, as kubectl prints quantities: "app: cpu 1 -> 250m, memory 1Gi -> 512Mi"."""
-    before = {c.name: c.requests for c in entry.before}
-    parts = []
-    for c in entry.after:
-        old = before.get(c.name, Resources())
-        changes = [f"{name} {'unset' if a is None else fmt(a)} -> {fmt(b)}"
-                   for name, fmt, a, b in (("cpu", format_cpu, old.cpu_millicores, c.requests.cpu_millicores),
-                                           ("memory", format_memory, old.memory_bytes, c.requests.memory_bytes))
-                   if b is not None and a != b]
-        if changes:
-            parts.append(f"{c.name}: {', '.join(changes)}")
-    return "; ".join(parts) or "limits only"
-
-
-def _fail(r: Rollout, batch: BatchRecord, why: str) -> tuple[Rollout, list[Effect]]:
-    r = _set_batch(r, replace(batch, phase=BatchPhase.FAILED))
-    r = replace(r, phase=Phase.ROLLING_BACK, message=f"batch {batch.index + 1} failed: {why}")
-    return r, [Event(namespace="", pod=None, reason="RolloutGateFailed", warning=True,
-                     message=f"pool {r.pool}: batch {batch.index + 1} failed ({why}); restoring the pods it touched")]
-
-
-def _verify_fallback(entry: Entry, work: WorkloadObservation | None) -> tuple[Entry, list[Effect]]:
-    """An eviction is done when the workload is back to its ready count (the replacement, admitted at the
-    target, is up); a template patch when the template still holds our values and the pods are ready. A
-    template put back by another field manager (GitOps) is patched again at most MAX_TEMPLATE_REVERTS times."""
-    ready = work is not None and work.ready >= entry.ready_before
-    if entry.action == EVICT:
-        return (replace(entry, state=EntryState.VERIFIED), []) if ready else (entry, [])
-    if work is None or work.template is None:
-        return replace(entry, state=EntryState.GONE, message="workload gone"), []
-    if work.template == entry.after:
-        return (replace(entry, state=EntryState.VERIFIED), []) if ready else (entry, [])
-    reverts = entry.attempts + 1
-    if reverts >= MAX_TEMPLATE_REVERTS:
-        msg = f"template reverted by another field manager {reverts} times: stopped, not fighting it"
-        return replace(entry, state=EntryState.SKIPPED, attempts=reverts, message=msg), [Event(
-            namespace=entry.namespace, pod=None, reason="TemplateReverted", message=msg, warning=True,
-            kind=entry.workload_kind, name=entry.workload_name)]
-    msg = f"template reverted by another field manager ({reverts}); patching again"
-    return replace(entry, state=EntryState.PLANNED, attempts=reverts, message=msg), [Event(
-        namespace=entry.namespace, pod=None, reason="TemplateReverted", message=msg, warning=True,
-        kind=entry.workload_kind, name=entry.workload_name)]
-
-
-def _verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation], now_s: float,
-                  timeouts: Timeouts,
-                  work: Mapping[tuple[str, str, str], WorkloadObservation]) -> tuple[Rollout, list[Effect]]:
-    effects: list[Effect] = []
-    changed: dict[str, Entry] = {}
-    for entry in r.entries_of(batch.index):
-        if entry.action != RESIZE and entry.state in (EntryState.EVICTED, EntryState.APPLIED):
-            new_entry, more = _verify_fallback(entry, work.get(entry.workload))
-            changed[entry.key], effects = new_entry, effects + more
-            continue
-        if entry.state != EntryState.APPLIED:
-            continue
-        new, failure = _verify_entry(entry, obs.get(entry.key), now_s, timeouts)
-        if failure:
-            return _fail(r, batch, f"{entry.key}: {failure}")
-        o = obs.get(entry.key)
-        if new.drain and new.state == EntryState.APPLIED and new.message.startswith("restarted and ready") and \
-                o is not None and not o.serving:
-            effects.append(_serving(entry, True))
-        if new.state == EntryState.INFEASIBLE:
-            effects += [_resize(entry, "revert"), Event(namespace=entry.namespace, pod=entry.pod, warning=True,
-                        reason="ResizeInfeasible", message=f"in-place resize not possible, restored: {new.message}")]
-        elif new.state == EntryState.VERIFIED:
-            how = f"restarted {', '.join(sorted(entry.restarting))}" if entry.restarting else "no restart"
-            effects.append(Event(namespace=entry.namespace, pod=entry.pod, reason="ResizeVerified",
-                                 message=f"resized in place ({how}) and verified by {r.name}: {_change_text(entry)}"))
-        changed[entry.key] = new
-    r = _set_entries(r, changed)
-    if any(e.state == EntryState.PLANNED for e in r.entries_of(batch.index)):  # a reverted template: again
-        return _set_batch(r, replace(batch, phase=BatchPhase.APPLYING)), effects
-    if all(e.state not in (EntryState.APPLIED, EntryState.EVICTED) for e in r.entries_of(batch.index)):
-        batch = replace(batch, phase=BatchPhase.BAKING, bake_until_s=now_s + batch.bake_s)
-        verified = sum(1 for e in r.entries_of(batch.index) if e.state == EntryState.VERIFIED)
-        effects.append(Event(namespace="", pod=None, reason="BatchVerified",
-                             message=f"pool {r.pool}: batch {batch.index + 1}/{len(r.batches)}: {verified} pods "
-                                     f"verified; baking {batch.bake_s:.0f}s"))
-        return _set_batch(replace(r, phase=Phase.BAKING), batch), effects
-    if batch.deadline_s is not None and now_s > batch.deadline_s:
-        waiting = [e.key for e in r.entries_of(batch.index) if e.state in (EntryState.APPLIED, EntryState.EVICTED)]
-        rolled, more = _fail(r, batch, f"not verified within the timeout: {', '.join(waiting[:5])}")
-        return rolled, effects + more
-    return r, effects
+    return set_batch(r, batch), effects
 
 
 # ------------------------------------------------------------------------------------------------ baking
@@ -404,17 +156,17 @@ def _bake_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation
         if entry.state != EntryState.VERIFIED or entry.action != RESIZE:
             continue
         o = obs.get(entry.key)
-        if not _same_pod(entry, o):
+        if not same_pod(entry, o):
             continue  # gone after verification: nothing to watch or restore
         assert o is not None
         gates = set(batch.gates)
-        failure = (("oom" in gates and _oom_since(entry, o)) or ("restarts" in gates and _restarts_ok(entry, o))
+        failure = (("oom" in gates and oom_since(entry, o)) or ("restarts" in gates and restarts_ok(entry, o))
                    or ("ready" in gates and not o.ready and "pod lost readiness")
                    or (signals.get(entry.key) if "throttling" in gates else None))
         if failure:
-            return _fail(r, batch, f"{entry.key}: {failure}")
+            return fail(r, batch, f"{entry.key}: {failure}")
     if batch.bake_until_s is not None and now_s >= batch.bake_until_s:
-        r = _set_batch(r, replace(batch, phase=BatchPhase.DONE))
+        r = set_batch(r, replace(batch, phase=BatchPhase.DONE))
         nxt = batch.index + 1
         if nxt >= len(r.batches):
             return _complete(replace(r, current_batch=nxt))
@@ -445,28 +197,28 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
             continue  # an eviction cannot be undone; a template patch is left to its owner
         if entry.state == EntryState.DRAINING:  # drained, never resized: serve again
             o = obs.get(entry.key)
-            if _same_pod(entry, o) and o is not None and o.serving is False:
-                effects.append(_serving(entry, True))
+            if same_pod(entry, o) and o is not None and o.serving is False:
+                effects.append(serving_effect(entry, True))
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED, message="rolled back before its resize")
             continue
         if entry.state not in ACTIVE and entry.state != EntryState.REVERTING:
             continue
         o = obs.get(entry.key)
-        if not _same_pod(entry, o):
+        if not same_pod(entry, o):
             changed[entry.key] = replace(entry, state=EntryState.GONE, message="pod gone before the rollback")
             continue
         assert o is not None
         if entry.drain and o.serving is False:
-            effects.append(_serving(entry, True))  # whatever happens next, the pod serves again
+            effects.append(serving_effect(entry, True))  # whatever happens next, the pod serves again
         if spec_matches(o, entry.before):
             changed[entry.key] = replace(entry, state=EntryState.REVERTED)
         elif spec_matches(o, entry.after):
             changed[entry.key] = replace(entry, state=EntryState.REVERTING)
-            effects.append(_resize(entry, "revert"))
+            effects.append(resize_effect(entry, "revert"))
         else:
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED,
                                          message="changed by someone else: not restored")
-    r = _set_entries(r, changed)
+    r = set_entries(r, changed)
     if any(e.state == EntryState.REVERTING for e in r.entries):
         return r, effects
     final = Phase.ROLLED_BACK if r.rollback_all else Phase.HALTED
@@ -476,9 +228,12 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
 
 
 # ------------------------------------------------------------------------------------------------ driver
+DEFAULT_TIMEOUTS = Timeouts()
+
+
 def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slots: int = 1 << 30,
-            timeouts: Timeouts = Timeouts(), signals: Mapping[str, str] | None = None, frozen: bool = False,
-            workloads: Mapping[tuple[str, str, str], WorkloadObservation] | None = None,
+            timeouts: Timeouts = DEFAULT_TIMEOUTS, signals: Mapping[str, str] | None = None, frozen: bool = False,
+            workloads: Workloads | None = None,
             ) -> tuple[Rollout, list[Effect]]:
     """One step. ``slots``: resizes this rollout may start now (global concurrency); ``signals``: extra gate
     failures by pod key (e.g. a throttling spike); ``frozen``: the pool is unhealthy, start nothing new."""
@@ -492,7 +247,7 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
             return replace(r, message=f"pool {r.pool} frozen: waiting for healthy nodes"), []
         return _apply_batch(r, batch, obs, now_s, slots, timeouts, workloads or {})
     if batch.phase == BatchPhase.VERIFYING:
-        return _verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
+        return verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
     if batch.phase == BatchPhase.BAKING:
         baked, effects = _bake_batch(r, batch, obs, now_s, signals or {})
         if baked.phase == Phase.PROGRESSING and baked.current_batch > r.current_batch and not frozen:
@@ -519,13 +274,13 @@ def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | No
                           message=f"eviction refused for now (disruption budget); retry in {wait:.0f}s")
         else:
             new = replace(entry, state=EntryState.SKIPPED, message=error)
-        return _set_entries(r, {key: new})
+        return set_entries(r, {key: new})
     if purpose == "serving":
-        return r if ok else _set_entries(r, {key: replace(entry, message=f"serving gate not set: {error}")})
+        return r if ok else set_entries(r, {key: replace(entry, message=f"serving gate not set: {error}")})
     if purpose == "template":
         new = replace(entry, state=EntryState.APPLIED, applied_s=now_s) if ok else \
             replace(entry, state=EntryState.SKIPPED, message=error)
-        return _set_entries(r, {key: new})
+        return set_entries(r, {key: new})
     if purpose == "apply":
         new = replace(entry, state=EntryState.APPLIED, generation=generation, applied_s=now_s) if ok else \
             replace(entry, state=EntryState.INFEASIBLE if refusal == Refusal.ABOVE_ALLOCATABLE else EntryState.SKIPPED,
@@ -534,10 +289,10 @@ def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | No
         new = replace(entry, message=entry.message if ok else f"{entry.message}; restore failed: {error}")
     else:
         new = replace(entry, state=EntryState.REVERTED if ok else EntryState.REVERTING, message=error)
-    r = _set_entries(r, {key: new})
+    r = set_entries(r, {key: new})
     batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
     if purpose == "apply" and batch.phase == BatchPhase.APPLYING and not any(
             e.state in (EntryState.PLANNED, EntryState.APPLYING, EntryState.DRAINING)
             for e in r.entries_of(batch.index)):
-        r = _set_batch(r, replace(batch, phase=BatchPhase.VERIFYING))
+        r = set_batch(r, replace(batch, phase=BatchPhase.VERIFYING))
     return r

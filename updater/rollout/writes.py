@@ -19,10 +19,10 @@ from typing import Any
 
 from kubernetes import client
 
+from podtailor.kube import events
 from podtailor.kube.errors import KubeError, classify, is_not_found
 from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing
-from podtailor.resources import Resources
-from podtailor.units import format_cpu, format_memory
+from podtailor.resources import parse_resources, quantities
 from updater.kube.informer import Informer, resource_version
 from updater.kube.refusals import write_error
 from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
@@ -137,15 +137,6 @@ def _fields(r: Rollout) -> dict[str, Any]:
     return {f: getattr(r, f) for f in r.__dataclass_fields__}
 
 
-def _quantities(res: Resources) -> dict[str, str]:
-    out = {}
-    if res.cpu_millicores is not None:
-        out["cpu"] = format_cpu(res.cpu_millicores)
-    if res.memory_bytes is not None:
-        out["memory"] = format_memory(res.memory_bytes)
-    return out
-
-
 class PodResizer:
     def __init__(self, api_client: client.ApiClient, field_manager: str = "podtailor-updater") -> None:
         self.core: Any = client.CoreV1Api(api_client)
@@ -155,9 +146,9 @@ class PodResizer:
                values: Sequence[ContainerValues]) -> int:
         """Patch pods/resize; returns the pod's new generation. Raises Conflict on 409, KubeError otherwise."""
         def spec(v: ContainerValues) -> dict[str, Any]:
-            res: dict[str, Any] = {"requests": _quantities(v.requests)}
-            if _quantities(v.limits):
-                res["limits"] = _quantities(v.limits)
+            res: dict[str, Any] = {"requests": quantities(v.requests)}
+            if quantities(v.limits):
+                res["limits"] = quantities(v.limits)
             return {"name": v.name, "resources": res}
 
         body: dict[str, Any] = {"metadata": {"uid": uid, "resourceVersion": resource_version}, "spec": {}}
@@ -186,24 +177,17 @@ _API_VERSIONS = {"Pod": "v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1",
 
 
 class EventRecorder:
+    """The executor's ``Recorder`` on the base Event writer (``podtailor.kube.events``, best effort): the
+    involved object's apiVersion follows from its kind (a ResizeRollout, cluster-scoped, when not listed)."""
+
     def __init__(self, api_client: client.ApiClient, component: str = "podtailor-updater") -> None:
-        self.core: Any = client.CoreV1Api(api_client)
-        self.component = component
+        self.events = events.EventRecorder(api_client, component)
 
     def record(self, *, namespace: str, kind: str, name: str, uid: str, reason: str, message: str,
                warning: bool = False) -> None:
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        ns = namespace or "default"
-        body = {"metadata": {"generateName": f"{name[:200]}.", "namespace": ns},
-                "involvedObject": {"kind": kind, "name": name, "namespace": namespace or None, "uid": uid or None,
-                                   "apiVersion": _API_VERSIONS.get(kind, f"{GROUP}/{VERSION}")},
-                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-                "source": {"component": self.component}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-                "reportingComponent": self.component, "reportingInstance": self.component}
-        try:
-            self.core.create_namespaced_event(ns, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except Exception as err:  # an Event is best effort: never fail an action because of it
-            log.warning("event not recorded", extra={"reason": reason, "error": str(err)})
+        obj = events.ObjectRef(api_version=_API_VERSIONS.get(kind, f"{GROUP}/{VERSION}"), kind=kind, name=name,
+                               namespace=namespace, uid=uid)
+        self.events.record(obj, reason, message, warning=warning)
 
 
 __all__ = ["Conflict", "EventRecorder", "KubeError", "PodResizer", "RolloutStore", "rollout_name"]
@@ -265,8 +249,6 @@ class TemplatePatcher:
              containers: Sequence[str]) -> tuple[ContainerValues, ...] | None:
         import json
 
-        from podtailor.units import parse_cpu_millicores, parse_memory_bytes
-
         try:
             resp = getattr(self.apps, f"read_namespaced_{_TEMPLATE_KINDS[kind]}")(
                 name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
@@ -277,26 +259,23 @@ class TemplatePatcher:
         spec = json.loads(resp.data)["spec"]["template"]["spec"]
         by_name = {c["name"]: c for c in spec.get("containers") or []}
 
-        def res(d: dict[str, Any]) -> Resources:
-            return Resources(cpu_millicores=parse_cpu_millicores(d["cpu"]) if "cpu" in d else None,
-                             memory_bytes=parse_memory_bytes(d["memory"]) if "memory" in d else None)
-
         out = []
         for n in containers:
             c = by_name.get(n)
             if c is None:
                 return None
             r = c.get("resources") or {}
-            out.append(ContainerValues(name=n, requests=res(r.get("requests") or {}),
-                                       limits=res(r.get("limits") or {})))
+            where = f"{kind} {namespace}/{name} container {n}"
+            out.append(ContainerValues(name=n, requests=parse_resources(r.get("requests"), where=f"{where} requests"),
+                                       limits=parse_resources(r.get("limits"), where=f"{where} limits")))
         return tuple(out)
 
     def patch(self, namespace: str, kind: str, name: str, values: Sequence[ContainerValues]) -> None:
         containers = []
         for v in values:
-            res: dict[str, Any] = {"requests": _quantities(v.requests)}
-            if _quantities(v.limits):
-                res["limits"] = _quantities(v.limits)
+            res: dict[str, Any] = {"requests": quantities(v.requests)}
+            if quantities(v.limits):
+                res["limits"] = quantities(v.limits)
             containers.append({"name": v.name, "resources": res})
         body = {"spec": {"template": {"spec": {"containers": containers}}}}
         try:

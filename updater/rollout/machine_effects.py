@@ -1,0 +1,125 @@
+"""The state machine's vocabulary (pure): the effects it asks for, what it is told about workloads, its timeouts,
+and the small reads and edits of the journal that every phase of ``machine.py`` uses.
+
+An effect is a value: ``advance`` returns them, the executor performs them and tells ``settle`` how each went.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from updater.observe import PodObservation
+from updater.rollout.journal import BatchRecord, ContainerValues, Entry, EntryState, Rollout
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resize:
+    """Patch the pod's resize subresource to ``values`` (precondition: its uid, and the spec still ``expect``)."""
+
+    key: str
+    namespace: str
+    pod: str
+    uid: str
+    values: tuple[ContainerValues, ...]
+    expect: tuple[ContainerValues, ...]
+    purpose: str
+    """apply | revert"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    namespace: str
+    pod: str | None
+    reason: str
+    message: str
+    warning: bool = False
+    kind: str = ""
+    """With ``name``: the Event is about this workload (recorded on it, in its namespace)."""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evict:
+    """Evict the pod through the Eviction API, with its uid as precondition (PDBs decide)."""
+
+    key: str
+    namespace: str
+    pod: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatchTemplate:
+    """Set the workload's pod-template resources (our own field manager) so its controller rolls the pods."""
+
+    key: str
+    namespace: str
+    kind: str
+    name: str
+    values: tuple[ContainerValues, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadObservation:
+    ready: int
+    """Ready, non-terminating pods of the workload now."""
+    template: tuple[ContainerValues, ...] | None = None
+    """The pod template's resources for the containers the journal names (None: not read)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetServing:
+    """Set the pod's serving gate condition (``pods/status``, uid precondition): False takes it out of its
+    Services' endpoints before a restarting resize, True puts it back."""
+
+    key: str
+    namespace: str
+    pod: str
+    uid: str
+    serving: bool
+
+
+Effect = Resize | Event | Evict | PatchTemplate | SetServing
+Workloads = Mapping[tuple[str, str, str], WorkloadObservation]
+"""What the executor read about the workloads, keyed (namespace, kind, name)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timeouts:
+    verify_s: float = 3600.0
+    deferred_s: float = 300.0
+
+
+def spec_matches(obs: PodObservation, values: Iterable[ContainerValues]) -> bool:
+    for v in values:
+        c = obs.containers.get(v.name)
+        if c is None or c.spec_requests != v.requests or c.spec_limits != v.limits:
+            return False
+    return True
+
+
+def same_pod(entry: Entry, obs: PodObservation | None) -> bool:
+    return obs is not None and obs.uid == entry.uid and not obs.deleting
+
+
+def resize_effect(entry: Entry, purpose: str) -> Resize:
+    values, expect = (entry.after, entry.before) if purpose == "apply" else (entry.before, entry.after)
+    return Resize(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, values=values,
+                  expect=expect, purpose=purpose)
+
+
+def serving_effect(entry: Entry, serving: bool) -> SetServing:
+    return SetServing(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, serving=serving)
+
+
+def set_entries(r: Rollout, changed: Mapping[str, Entry]) -> Rollout:
+    return replace(r, entries=tuple(changed.get(e.key, e) for e in r.entries))
+
+
+def set_batch(r: Rollout, batch: BatchRecord) -> Rollout:
+    return replace(r, batches=tuple(batch if b.index == batch.index else b for b in r.batches))
+
+
+WAITING = frozenset({EntryState.PLANNED, EntryState.APPLYING, EntryState.EVICTING, EntryState.BLOCKED,
+                     EntryState.DRAINING})

@@ -1,0 +1,139 @@
+"""What the executor is given: the snapshot it reads, the planner, and the ports it writes through, as types.
+
+Owns the shape of everything that crosses between the executor and its collaborators, so that none of it is
+``Any``: ``PassSnapshot`` (what a pass reads from ``updater.kube.snapshot.Snapshot``), ``Planner`` (the
+signature of ``updater.policy.planner.plan``), ``PolicyOf`` (``grouping.group_by_policy``), and one Protocol
+per write port (the real ones are in ``writes.py``). The ports are grouped by what they are for: ``Reads``
+(where a pass reads from), ``Writers`` (what it writes through) and ``Tuning`` (how fast it goes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from podtailor.resize.types import LimitRangeView
+from updater.answers import ServerFeatures
+from updater.observe import PodObservation
+from updater.policy.types import HpaView, NodeView, Plan, PodView, QuotaView, RolloutPolicy, WorkloadTarget
+from updater.rollout.journal import ContainerValues, Rollout
+from updater.rollout.machine_effects import Timeouts
+
+
+class PassSnapshot(Protocol):
+    """What a pass reads from a snapshot of the cluster (``updater.kube.snapshot.Snapshot`` is one). A snapshot
+    may also have ``quotas`` and ``features``: read where present (a pass plans without them otherwise)."""
+
+    @property
+    def pods(self) -> Sequence[PodView]: ...
+
+    @property
+    def observations(self) -> Mapping[str, PodObservation]: ...
+
+    @property
+    def targets(self) -> Sequence[WorkloadTarget]: ...
+
+    @property
+    def hpas(self) -> Sequence[HpaView]: ...
+
+    @property
+    def limit_ranges(self) -> Sequence[LimitRangeView]: ...
+
+    @property
+    def nodes(self) -> Sequence[NodeView]: ...
+
+    @property
+    def approvals(self) -> frozenset[tuple[str, str, str]]: ...
+
+    @property
+    def pod_level_resize_supported(self) -> bool: ...
+
+    @property
+    def policies(self) -> Sequence[RolloutPolicy]: ...
+
+
+class Planner(Protocol):
+    """``updater.policy.planner.plan``: one policy's plan over its pods."""
+
+    def __call__(self, *, pods: Iterable[PodView], targets: Iterable[WorkloadTarget], hpas: Iterable[HpaView],
+                 limit_ranges: Iterable[LimitRangeView], nodes: Iterable[NodeView], policy: RolloutPolicy,
+                 now_s: float, approvals: frozenset[tuple[str, str, str]], pod_level_resize_supported: bool,
+                 quotas: Iterable[QuotaView], features: ServerFeatures | None) -> Plan: ...
+
+
+Read = Callable[[], PassSnapshot]
+"""A read of the cluster (``updater.kube.snapshot.ClusterReader.read``, its arguments bound)."""
+PolicyOf = Callable[[PassSnapshot], Sequence[tuple[RolloutPolicy, Sequence[PodView]]]]
+"""The snapshot's pods grouped by the policy that governs them (``grouping.group_by_policy``)."""
+
+
+class Store(Protocol):
+    def list(self) -> list[Rollout]: ...
+
+    def create(self, r: Rollout) -> Rollout: ...
+
+    def save(self, r: Rollout) -> Rollout: ...
+
+    def retry_requested(self, name: str) -> bool: ...
+
+
+class Resizer(Protocol):
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
+               values: Sequence[ContainerValues]) -> int: ...
+
+
+class Evictions(Protocol):
+    def evict(self, namespace: str, pod: str, uid: str) -> None: ...
+
+
+class Templates(Protocol):
+    def read(self, namespace: str, kind: str, name: str,
+             containers: Sequence[str]) -> tuple[ContainerValues, ...] | None: ...
+
+    def patch(self, namespace: str, kind: str, name: str, values: Sequence[ContainerValues]) -> None: ...
+
+
+class ServingGates(Protocol):
+    def set_serving(self, namespace: str, pod: str, uid: str, serving: bool) -> None: ...
+
+
+class Recorder(Protocol):
+    def record(self, *, namespace: str, kind: str, name: str, uid: str, reason: str, message: str,
+               warning: bool = False) -> None: ...
+
+
+@dataclass(slots=True, kw_only=True)
+class Reads:
+    """Where a pass reads from, and what it plans with."""
+
+    read: Read
+    planner: Planner
+    policy_of: PolicyOf
+    read_fresh: Read | None = None
+    """A read that lists pods from the API server even where ``read`` serves them from a watch-fed cache: used
+    when a bake has ended, so the step that starts the next batch never rests on a view that may be up to a
+    silent watch's bound old (an OOM kill in the last seconds of the bake must halt the pool, not be missed)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Writers:
+    """What a pass writes through: the journals, and the pods and workloads (a fallback port may be absent:
+    the effects that need it are refused)."""
+
+    store: Store
+    resizer: Resizer
+    evictor: Evictions | None = None
+    templates: Templates | None = None
+    gates: ServingGates | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Tuning:
+    timeouts: Timeouts | None = None
+    """The same for every policy (tests); None: each policy's own."""
+    parallelism: int = 8
+    """Resize requests in flight at once within a pass, over all rollouts (each carries its own preconditions)."""
+    verify_poll_s: float = 1.0
+    """While a pass is still sending, how often an idle rollout's batch is re-read for verification (at
+    least twice the last read's duration apart, so a slow read on a big cluster is not repeated back to back)."""
