@@ -1,6 +1,6 @@
 """Shared machinery of drills 13-18: a drill scenario, counting ports and the continuous invariant sampler.
 
-Owns what every rollout drill needs on top of ``tests.integration.test_updater_real.Scenario``: VPAs with
+Owns what every rollout drill needs on top of ``tests.builders.cluster.Scenario``: VPAs with
 admin bounds (``resourcePolicy`` minAllowed/maxAllowed), StatefulSets, PodDisruptionBudgets, an executor
 whose ports are the real ones wrapped with a timestamped record of every call (a spy, not a fake), and
 ``Sampler``, a background thread that reads the API server every ~0.5 s during the fault and records every
@@ -27,8 +27,8 @@ from kubernetes import client
 
 from podtailor.kube.errors import KubeError
 from podtailor.units import parse_cpu_millicores, parse_memory_bytes
+from tests.builders.cluster import POOL_KEY, Scenario
 from tests.conftest import SimFactory
-from tests.integration.test_updater_real import POOL_KEY, Scenario
 from tests.waiting import eventually
 from updater.rollout.executor import Executor
 from updater.rollout.journal import EntryState, Rollout

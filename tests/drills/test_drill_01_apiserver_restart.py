@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.drills.conftest import (
+from tests.builders.cluster import Mi, Scenario
+from tests.builders.drills import (
     Bounds,
     DrillRow,
     Invariants,
@@ -30,7 +31,6 @@ from tests.drills.conftest import (
 )
 from tests.harness.cluster import LocalCluster
 from tests.harness.faultproxy import FaultProxy
-from tests.integration.test_updater_real import Mi, Scenario
 from tests.nodesim.nodes import NodePool
 from tests.waiting import eventually
 from updater.rollout.journal import EntryState, Phase

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from tests.drills.conftest import (
+from tests.builders.cluster import Mi, Scenario
+from tests.builders.drills import (
     Bounds,
     DrillRow,
     Invariants,
@@ -26,7 +27,6 @@ from tests.drills.conftest import (
     wait_settled,
 )
 from tests.harness.cluster import LocalCluster
-from tests.integration.test_updater_real import Mi, Scenario
 from tests.waiting import eventually
 from updater.rollout.journal import Phase
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from kubernetes import config
 
-from tests.drills.conftest import (
+from tests.builders.cluster import Mi, Scenario
+from tests.builders.drills import (
     Bounds,
     DrillRow,
     Invariants,
@@ -31,7 +32,6 @@ from tests.drills.conftest import (
 )
 from tests.harness.cluster import LocalCluster
 from tests.harness.faultproxy import FaultProxy, Mode
-from tests.integration.test_updater_real import Mi, Scenario
 from tests.waiting import eventually
 from updater.rollout.journal import Phase
 

@@ -21,7 +21,8 @@ import time
 import pytest
 from kubernetes import client
 
-from tests.drills.conftest import (
+from tests.builders.cluster import Mi, Scenario
+from tests.builders.drills import (
     Bounds,
     DrillRow,
     Invariants,
@@ -36,7 +37,6 @@ from tests.drills.conftest import (
 )
 from tests.harness.cluster import LocalCluster
 from tests.harness.faultproxy import FaultProxy
-from tests.integration.test_updater_real import Mi, Scenario
 from tests.waiting import eventually
 from updater.kube.informer import Informer
 from updater.kube.snapshot import LIST_OPTIONS, ClusterReader

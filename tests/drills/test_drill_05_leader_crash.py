@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.drills.conftest import (
+from tests.builders.cluster import Mi, Scenario
+from tests.builders.drills import (
     Bounds,
     DrillRow,
     Invariants,
@@ -25,7 +26,6 @@ from tests.drills.conftest import (
     state_of,
 )
 from tests.harness.cluster import LocalCluster
-from tests.integration.test_updater_real import Mi, Scenario
 from tests.waiting import eventually
 from updater.rollout.journal import EntryState, Phase
 

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.builders.cluster import POOL_KEY
+from tests.builders.kubelets import RealUsage, UsageOnKubelets
 from tests.drills import test_drill_13_oom_after_decrease as drill13
 from tests.drills import test_drill_14_resize_never_lands as base
 from tests.drills._rollout_scenario import DrillRow, DrillScenario
 from tests.harness.cluster import ClusterState
 from tests.harness.kubelets import HOLLOW_TAINT, KubeletPool
-from tests.integration.test_updater_kubelets import RealUsage, UsageOnKubelets
-from tests.integration.test_updater_real import POOL_KEY
 from tests.nodesim.nodes import NodePool
 
 pytestmark = pytest.mark.cluster

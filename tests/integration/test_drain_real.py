@@ -19,9 +19,7 @@ import pytest
 from kubernetes import client
 
 from podtailor.units import parse_memory_bytes
-from tests.integration.test_fallback_real import scenario, webhook  # noqa: F401 (their fixtures, used below)
-from tests.integration.test_quota_real import hook, sc  # noqa: F401
-from tests.integration.test_updater_real import POOL_KEY, Scenario
+from tests.builders.cluster import POOL_KEY, Scenario
 from tests.waiting import eventually
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
 from updater.rollout.journal import Phase
@@ -60,7 +58,7 @@ def _endpoint_ready(s: Scenario, uid: str) -> bool | None:
 
 
 def test_a_restarting_resize_drains_the_endpoint_first_and_restores_it_after_ready(
-    sc: Scenario, hook: Callable[[], None]  # noqa: F811
+    sc: Scenario, hook: Callable[[], None]
 ) -> None:
     s = sc
     s.pool("d", nodes=1, cpu=8000)

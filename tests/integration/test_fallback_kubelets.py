@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.builders.cluster import POOL_KEY, Scenario
 from tests.harness.cluster import ClusterState
 from tests.harness.kubelets import HOLLOW_TAINT, KubeletPool
 from tests.integration import test_fallback_real as base
-from tests.integration.test_fallback_real import webhook  # noqa: F401  (the fixture, used by name)
-from tests.integration.test_updater_real import POOL_KEY, Scenario
 from tests.nodesim.nodes import NodePool
 
 pytestmark = pytest.mark.cluster
@@ -58,12 +57,12 @@ def scenario(api: client.ApiClient, crds: list[str], namespace: str, cluster: Cl
 
 
 def test_a_target_above_the_node_is_replaced_at_the_target_where_it_fits(
-        scenario: OwnKubeletsScenario, webhook: Any, tmp_path: Any) -> None:  # noqa: F811
+        scenario: OwnKubeletsScenario, webhook: Any, tmp_path: Any) -> None:
     base.test_a_target_above_the_node_is_replaced_at_the_target_where_it_fits(scenario, webhook, tmp_path)
 
 
 def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(
-        scenario: OwnKubeletsScenario, webhook: Any) -> None:  # noqa: F811
+        scenario: OwnKubeletsScenario, webhook: Any) -> None:
     base.test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(scenario, webhook)
 
 
@@ -71,5 +70,5 @@ def test_a_single_replica_is_left_alone_and_flagged(scenario: OwnKubeletsScenari
     base.test_a_single_replica_is_left_alone_and_flagged(scenario)
 
 
-def test_template_mode_rolls_the_workload(scenario: OwnKubeletsScenario, webhook: Any) -> None:  # noqa: F811
+def test_template_mode_rolls_the_workload(scenario: OwnKubeletsScenario, webhook: Any) -> None:
     base.test_template_mode_rolls_the_workload(scenario, webhook)

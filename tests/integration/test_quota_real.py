@@ -23,8 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from podtailor.resources import Resources
 from podtailor.units import parse_cpu_millicores
-from tests.integration.test_fallback_real import scenario, webhook  # noqa: F401 (their fixtures, used below)
-from tests.integration.test_updater_real import Scenario
+from tests.builders.cluster import Scenario
 from tests.integration.webhook_probe import mutated, replacements
 from tests.waiting import eventually
 from updater.answers import Refusal
@@ -36,16 +35,6 @@ from updater.rollout.writes import PodResizer
 from updater.webhook.review import ANNOTATION
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def sc(scenario: Scenario) -> Scenario:  # noqa: F811 (the imported fixture)
-    return scenario
-
-
-@pytest.fixture
-def hook(webhook: Callable[[], None]) -> Callable[[], None]:  # noqa: F811
-    return webhook
 
 
 def quota(s: Scenario, hard: dict[str, str]) -> None:

@@ -11,49 +11,18 @@ OOM-kills it once through the node's hook, as the kernel would (the kubelet then
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from podtailor.units import parse_memory_bytes
-from tests.harness.kubelets import HOLLOW_TOLERATION, HollowNode, KubeletPool
+from tests.builders.cluster import POOL_KEY
+from tests.builders.kubelets import RealUsage, UsageOnKubelets
+from tests.harness.kubelets import HOLLOW_TOLERATION, KubeletPool
 from tests.integration import test_updater_real as base
-from tests.nodesim.usage import Constant
 
 pytestmark = pytest.mark.cluster
-
-
-class UsageOnKubelets:
-    """What ``Scenario.pool`` returns for the simulator (``set_usage``), for real kubelets."""
-
-    def __init__(self, core: client.CoreV1Api, nodes: Mapping[str, HollowNode]) -> None:
-        self.core, self.nodes = core, nodes
-
-    def set_usage(self, namespace: str, pod: str, container: str, model: Constant) -> None:
-        obj = self.core.read_namespaced_pod(pod, namespace)
-        node = self.nodes[obj.spec.node_name]
-        node.set_usage(namespace, pod, container, memory_bytes=model.memory_bytes,
-                       cpu_millicores=round(model.cpu_cores * 1000))
-        status = next(s for s in obj.status.container_statuses if s.name == container)
-        limit = ((status.resources and status.resources.limits) or {}).get("memory")
-        if limit is not None and model.memory_bytes > parse_memory_bytes(limit):
-            node.oom_kill(namespace, pod, container)
-
-
-class RealUsage(base.Scenario):
-    """Mixin: a Deployment's constant usage annotation is set on its pods' real kubelets once they run."""
-
-    hollow: dict[str, HollowNode]
-
-    def deployment(self, name: str, pool: str, replicas: int, **kwargs: Any) -> None:
-        super().deployment(name, pool, replicas, **kwargs)
-        usage = kwargs.get("usage") or {"kind": "constant", "cpu_cores": 0.1, "memory_bytes": 100 * base.Mi}
-        assert usage["kind"] == "constant", "real kubelets take constant usage only"
-        model = Constant(cpu_cores=usage["cpu_cores"], memory_bytes=usage["memory_bytes"])
-        for pod in self.running(name):
-            UsageOnKubelets(self.core, self.hollow).set_usage(self.ns, pod.metadata.name, "app", model)
 
 
 class KubeletScenario(RealUsage):
@@ -67,7 +36,7 @@ class KubeletScenario(RealUsage):
     def pool(self, short: str, nodes: int = 2, cpu: int = 8000) -> Any:
         name = f"{self.ns[-6:]}-{short}"
         self.pools[short] = name
-        labels = {base.POOL_KEY: name}
+        labels = {POOL_KEY: name}
         self.lent.append((self.kubelets.lend(nodes, labels), labels))
         return UsageOnKubelets(self.core, self.hollow)
 

@@ -23,8 +23,8 @@ import pytest
 from kubernetes import client
 
 from podtailor.units import parse_cpu_millicores
+from tests.builders.cluster import Scenario
 from tests.harness.process import free_port
-from tests.integration.test_updater_real import Scenario
 from tests.waiting import eventually
 from updater.webhook.review import ANNOTATION
 

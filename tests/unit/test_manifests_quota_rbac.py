@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.test_manifests_static import grants
+from tests.builders.manifests import grants
 
 
 def test_the_updater_and_the_webhook_read_resourcequotas() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from podtailor.resize.types import QoS
-from tests.unit.test_policy_builders import GI, NOW, container, node, pod, run, wtarget
+from tests.builders.policy import GI, NOW, container, node, pod, run, wtarget
 from updater.policy.batching import pool_of, step_counts
 from updater.policy.planner import plan, summary
 from updater.policy.types import Action, CanaryStep, PodView, RolloutPolicy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from podtailor.resize.changes import Constraints, container_change, proportional_limit, qos_class
 from podtailor.resize.types import LimitRangeView, QoS, Reason
-from tests.unit.test_policy_builders import GI, MI, container, ctarget, decide_one, pod, res, wtarget
+from tests.builders.policy import GI, MI, container, ctarget, decide_one, pod, res, wtarget
 from updater.policy.types import Action, HpaView
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podtailor.resize.types import Reason
-from tests.unit.test_policy_builders import (
+from tests.builders.policy import (
     GI,
     MI,
     NOW,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from podtailor.resize.changes import RESOURCES, get, qos_class
 from podtailor.resize.types import ContainerView, LimitRangeView
 from podtailor.resources import Resources
-from tests.unit.test_policy_builders import GI, MI, NOW, ctarget, node, pod, res, wtarget
+from tests.builders.policy import GI, MI, NOW, ctarget, node, pod, res, wtarget
 from updater.policy.batching import step_counts
 from updater.policy.planner import plan
 from updater.policy.types import Action, CanaryStep, FallbackMode, HpaView, Plan, PodView, RolloutPolicy, WorkloadTarget

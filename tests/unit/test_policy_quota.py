@@ -1,14 +1,14 @@
 """ResourceQuota in the plan: increases admitted while they fit, decreases always, fallbacks only where the
 replacement fits, scopes and priority-class selectors as the API server matches them.
 
-Defaults (test_policy_builders): pods of Deployment shop/web (3 replicas), one container ``app`` at cpu 500m,
+Defaults (tests/builders/policy.py): pods of Deployment shop/web (3 replicas), one container ``app`` at cpu 500m,
 memory 512 MiB, no limits; the target is cpu 750m (a +250m increase) unless said otherwise.
 """
 
 from __future__ import annotations
 
 from podtailor.resize.types import QoS, Reason
-from tests.unit.test_policy_builders import MI, container, ctarget, node, pod, run, wtarget
+from tests.builders.policy import MI, container, ctarget, node, pod, run, wtarget
 from updater.policy.quota import Subject, applies
 from updater.policy.types import Action, QuotaView, ScopeRequirement
 from updater.rollout.executor import actionable
@@ -49,7 +49,7 @@ def test_the_charge_is_against_what_the_kubelet_reports_when_that_is_higher() ->
     # after the resize max(750, 700) = 750, so the charge is 50m, which fits a room of 100m.
     from dataclasses import replace
 
-    from tests.unit.test_policy_builders import res
+    from tests.builders.policy import res
 
     running = replace(container(), actual=res(700, 512 * MI))
     d = run([pod(containers=[running])], quotas=[quota(hard=2000, used=1900)]).decisions[0]

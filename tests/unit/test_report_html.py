@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from recommender.report.html import as_html
-from tests.unit.test_report_build import sample_report
+from tests.builders.report import sample_report
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

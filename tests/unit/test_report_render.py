@@ -12,7 +12,7 @@ import yaml
 
 from recommender.report.document import SCHEMA_VERSION, to_document
 from recommender.report.render import as_csv, as_json, as_markdown, as_yaml, fmt_cpu, fmt_memory, table
-from tests.unit.test_report_build import sample_report
+from tests.builders.report import sample_report
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report-schema.json"
 

@@ -7,7 +7,7 @@ from typing import Any
 from podtailor.resize.changes import Constraints
 from podtailor.resize.types import ContainerTarget, ContainerView
 from podtailor.resources import Resources
-from tests.unit.test_webhook_builders import NS, apply, container, owned, patch_of, pod, review, snapshot, vpa
+from tests.builders.webhook import NS, apply, container, owned, patch_of, pod, review, snapshot, vpa
 from updater.policy.types import WorkloadTarget
 from updater.webhook.mutation import AdmissionDecision, Outcome, PodResources, decide, summary
 from updater.webhook.review import ANNOTATION, admit

@@ -2,7 +2,7 @@
 with a warning, the ``podtailor.io/admission-held`` annotation (the updater records the Event) and the outcome
 ``quota-exceeded``.
 
-The default pod (test_webhook_builders) asks cpu 500m / 1 limit, memory 512Mi / 1Gi; the default VPA target is
+The default pod (tests/builders/webhook.py) asks cpu 500m / 1 limit, memory 512Mi / 1Gi; the default VPA target is
 cpu 250m, memory 256Mi (a decrease). ``grow`` raises cpu to 2 (limit 4 by the 1:2 ratio).
 """
 
@@ -12,13 +12,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tests.unit.test_webhook_builders import NS, apply, owned, patch_of, pod, review, vpa
+from tests.builders.webhook import NS, apply, owned, patch_of, pod, review, vpa
 from updater.policy.quota import HELD_ANNOTATION
 from updater.webhook.cache import build_snapshot
 from updater.webhook.metrics import WebhookMetrics
 from updater.webhook.mutation import Outcome
 from updater.webhook.review import admit
-from updater.webhook.server import Health, _App
+from updater.webhook.server import WebhookReadiness, _App
 
 GROW = {"cpu": "2", "memory": "512Mi"}
 
@@ -71,13 +71,13 @@ def test_limits_quotas_and_scopes_count() -> None:
 def test_the_server_counts_the_outcome() -> None:
     registry = CollectorRegistry()
     app = _App(cached(quota({"requests.cpu": "4"}, {"requests.cpu": "3"})), registry, WebhookMetrics(registry),
-               Health())
+               WebhookReadiness())
     app.mutate(review(pod()))
     assert registry.get_sample_value("podtailor_webhook_admissions_total", {"outcome": "quota-exceeded"}) == 1.0
 
 
 def test_the_updater_records_the_held_pod_as_an_event_once() -> None:
-    from tests.unit.test_policy_builders import pod as pod_view
+    from tests.builders.policy import pod as pod_view
     from updater.rollout.executor import Executor
 
     class Recorder:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tests.unit.test_webhook_builders import patch_of, pod, review, snapshot, vpa
+from tests.builders.webhook import patch_of, pod, review, snapshot, vpa
 from updater.webhook.mutation import Outcome, Resolution
 from updater.webhook.review import ANNOTATION, admit
 
@@ -67,7 +67,7 @@ def test_garbage_bodies_fail_open() -> None:
 
 def test_reinvocation_is_idempotent() -> None:
     # reinvocationPolicy IfNeeded: a second pass over our own output changes nothing.
-    from tests.unit.test_webhook_builders import apply
+    from tests.builders.webhook import apply
 
     once = apply(pod(), patch_of(admit(review(pod()), snapshot(vpa()))[0]))
     answer, outcome = admit(review(once), snapshot(vpa()))

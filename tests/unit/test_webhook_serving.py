@@ -17,12 +17,12 @@ import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
-from tests.unit.test_webhook_builders import pod, review, snapshot, vpa
+from tests.builders.webhook import pod, review, snapshot, vpa
 from updater.webhook import tls
 from updater.webhook.lifecycle import CertConfig, CertKeeper, Maintainer, names_for
 from updater.webhook.metrics import WebhookMetrics
 from updater.webhook.register import Registration, configuration, registered_bundle
-from updater.webhook.server import MAX_BODY_BYTES, Health, WebhookServer
+from updater.webhook.server import MAX_BODY_BYTES, WebhookReadiness, WebhookServer
 
 NOW = 1_800_000_000.0
 YEAR = 365 * 86400.0
@@ -60,14 +60,14 @@ def maintainer(keeper: CertKeeper, registrar: FakeRegistrar | None = None, cache
     registry = CollectorRegistry()
     m = Maintainer(cache=cache or FakeCache(), keeper=keeper, registrar=registrar,  # type: ignore[arg-type]
                    registration=Registration(name="pt", namespace="podtailor-system", url="https://127.0.0.1:1/mutate"),
-                   metrics=WebhookMetrics(registry), health=Health())
+                   metrics=WebhookMetrics(registry), health=WebhookReadiness())
     return m, registry
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[WebhookServer, ssl.SSLContext, CollectorRegistry, Health]]:
+def served() -> Iterator[tuple[WebhookServer, ssl.SSLContext, CollectorRegistry, WebhookReadiness]]:
     keeper = CertKeeper(CertConfig(names=("127.0.0.1", "localhost")), time.time())
-    registry, health = CollectorRegistry(), Health()
+    registry, health = CollectorRegistry(), WebhookReadiness()
     server = WebhookServer("127.0.0.1", 0, keeper.current_context, FakeCache(), registry,
                            WebhookMetrics(registry), health).start()
     ctx = ssl.create_default_context(cadata=keeper.cert.ca_pem.decode())

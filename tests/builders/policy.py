@@ -1,4 +1,4 @@
-"""Builders of planner inputs shared by the test_policy_* tests (this module holds no tests).
+"""Builders of planner inputs shared by the test_policy_* tests (and the rollout and webhook tests).
 
 NOW = 1_700_000_000.0 is Tuesday 2023-11-14 22:13:20 UTC (weekday 1, minute 1333). Defaults: one pod
 ``shop/web-0`` of Deployment ``shop/web`` (3 replicas) on node ``n1`` of pool ``general`` (4 cores, 16 GiB),
