@@ -125,7 +125,8 @@ def test_parse_never_accepts_garbage(text: str) -> None:
     import re
 
     well_formed = re.fullmatch(
-        r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|m|k|M|G|T|P|E)?|-0*\.?0*", text
+        # A negative zero is a quantity too, with or without a suffix ("-0E" is 0 to the API server as well).
+        r"(\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)|-(0+(\.0*)?|\.0+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|m|k|M|G|T|P|E)?", text
     )
     try:
         value = parse_memory_bytes(text)
