@@ -3,7 +3,7 @@
 Owns the conversion between Kubernetes quantity strings ("250m", "1.5Gi", "1e3", "128974848") and
 integers: CPU in millicores, memory in bytes. Parsing is exact (``fractions.Fraction``, never floats) and
 rounds up once; malformed, negative or absurd values raise ``QuantityError`` with the offending text.
-This is the one module the updater may import from the recommender (DESIGN.md: shared value types).
+Both halves parse and print quantities through this module alone (``podtailor.resources`` builds on it).
 """
 
 from __future__ import annotations

@@ -148,5 +148,3 @@ def list_versioned(listing: Listing, namespace: str | None = None, **kwargs: Any
         cont = meta.get("continue") or None
         if not cont:
             return items, str(meta.get("resourceVersion") or "")
-
-

@@ -115,5 +115,3 @@ class ContainerChange:
     """Some changed resource has RestartContainer."""
     notes: tuple[str, ...] = ()
     """e.g. "cpu request kept: HPA scales on cpu utilization", "clamped to LimitRange max"."""
-
-

@@ -117,5 +117,3 @@ def _parse_vpa(obj: Mapping[str, Any]) -> VpaSpec:
                    target=TargetRef(kind=kind, name=name, api_version=str(ref.get("apiVersion", ""))),
                    recommender=str(recommenders[0]["name"]) if recommenders else None, update_mode=str(mode),
                    policies=policies)
-
-

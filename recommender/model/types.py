@@ -82,10 +82,6 @@ class UsageBatch:
     """Fraction of CFS periods throttled per CPU interval (0..1), when the container has a CPU limit."""
 
 
-
-
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerPolicy:
     """The VPA containerPolicy for one container, with our defaults."""

@@ -20,8 +20,6 @@ class SnapshotError(PermanentKubeError):
     """The API server answered, but with something the snapshot cannot be built from."""
 
 
-
-
 class Refused(PermanentKubeError):
     """The API server refused a write with a 403; ``kind`` says why (quota, above allocatable, other)."""
 
@@ -55,13 +53,3 @@ def refusal_of(err: BaseException) -> Refusal:
     if isinstance(err, KubeError) and err.status == 429:
         return Refusal.NOT_NOW
     return Refusal.OTHER
-
-
-
-
-
-
-
-
-
-

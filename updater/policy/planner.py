@@ -27,12 +27,6 @@ from updater.policy.windows import restart_allowed_now
 ACTIONABLE = frozenset({Action.RESIZE_ONLINE, Action.RESIZE_RESTART})
 
 
-
-
-
-
-
-
 def _index_hpas(hpas: Iterable[HpaView]) -> dict[WorkloadKey, frozenset[str]]:
     out: dict[WorkloadKey, frozenset[str]] = defaultdict(frozenset)
     for h in hpas:
@@ -93,4 +87,3 @@ def summary(result: Plan) -> dict[str, Any]:
     return {"pods": len(result.decisions), "actions": _counts(d.action.value for d in result.decisions),
             "reasons": _counts(d.reason.value for d in result.decisions), "batches": len(result.batches),
             "frozen_pools": dict(result.frozen_pools), "pools": pools}
-

@@ -79,8 +79,6 @@ class PodView:
     """Some pod (anti-)affinity term names other namespaces (ResourceQuota's CrossNamespacePodAffinity scope)."""
 
 
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadTarget:
     """The VPA recommendation for one workload."""
@@ -104,8 +102,6 @@ class HpaView:
     workload_name: str
     utilization_resources: frozenset[str]
     """Resources the HPA scales on by utilization (percentage of request): their requests stay put."""
-
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,10 +199,6 @@ class Action(enum.StrEnum):
     RESIZE_ONLINE = "resize-online"
     RESIZE_RESTART = "resize-restart"
     FALLBACK = "fallback"
-
-
-
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
