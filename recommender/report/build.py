@@ -93,6 +93,18 @@ def _refs(spec: ContainerSpec, rec: Recommendation | None, name: str) -> list[in
     return out
 
 
+def _throttled_fraction(throttle: Samples, cpu_samples: int, spec: ContainerSpec) -> float | None:
+    """Mean throttled fraction over the steps the container ran. The source leaves out steps without
+    throttling (``sparse_signals``), so the mean is taken over the CPU samples, not the throttling samples;
+    a container with a CPU limit and no throttling sample was never throttled (0), one without a limit and
+    without samples has nothing to say (None)."""
+    if len(throttle):
+        return min(1.0, float(throttle.values.sum()) / max(cpu_samples, len(throttle)))
+    if spec.current.limits.cpu_millicores is not None and cpu_samples:
+        return 0.0
+    return None
+
+
 def usage_summary(batch: UsageBatch | None, spec: ContainerSpec, rec: Recommendation | None) -> UsageSummary | None:
     if batch is None:
         return None
@@ -101,7 +113,7 @@ def usage_summary(batch: UsageBatch | None, spec: ContainerSpec, rec: Recommenda
         cpu_millicores=distribution(batch.cpu_cores.values * 1000.0, _refs(spec, rec, "cpu")),
         memory_bytes=distribution(batch.memory_peak_bytes.values, _refs(spec, rec, "memory")),
         oom_kills=len(batch.oom_kills),
-        throttled_fraction=float(throttle.values.mean()) if len(throttle) else None,
+        throttled_fraction=_throttled_fraction(throttle, len(batch.cpu_cores), spec),
         observed_pod_hours=len(batch.cpu_cores) * batch.cpu_interval_s / 3600.0)
 
 

@@ -64,6 +64,13 @@ class PrometheusConfig:
     5,000 containers is 3.8 M: one chunk."""
     max_series_per_query: int = 5_000
     """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
+    sparse_signals: bool = True
+    """Read the signals that are zero almost everywhere sparsely: OOM counters only for the containers whose
+    counter is above zero somewhere in the pass (one instant query per scope finds them; a scope with none
+    sends no OOM range query), throttling only at steps where it is above zero. Off: every container's OOM
+    counter and throttled fraction at every step, as before; the recommendations are the same either way
+    (``test_sparse_signals_change_no_recommendation`` in tests/integration/test_source_prometheus.py replays one
+    history both ways)."""
     requests_in_flight: int = 1
     """Queries of a pass on the wire at once (1 to 16). At 1 each goes out when the one before it has
     succeeded, and is on the wire while that answer is decoded; at k, up to k run at once in the backend,

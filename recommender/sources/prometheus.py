@@ -6,12 +6,16 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
 1. one ``series`` request listing the containers of all the namespaces (plans the batches, ``batching``);
 2. per scope (a namespace batch or a page of a big namespace): three instant owner queries
    (``kube_pod_owner``, ``kube_replicaset_owner``, ``kube_job_owner``, ``last_over_time`` over the pass,
-   so pods that are gone still map to their workload);
-3. per scope and time chunk: four range queries (CPU rate, memory peak per step, CFS throttling, the OOM
-   counter), plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
+   so pods that are gone still map to their workload), and one for the containers whose OOM counter is
+   above zero somewhere in the pass (``sparse_signals``, the default);
+3. per scope and time chunk: three range queries (CPU rate, memory peak per step, CFS throttling only where
+   it is above zero); then, only for a scope with containers whose OOM counter is above zero, their counter
+   per chunk, plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
 
-So requests = 1 + S x (3 + 4 C) + 2 x (chunks with an OOM), with S = scopes and C = chunks, and no term
-in the number of workloads or pods. They go out in order, at most ``requests_in_flight`` at once (default 1:
+So requests = 1 + S x (4 + 3 C) + C x (scopes with an OOM counter above zero) + 2 x (chunks with an OOM
+kill), with S = scopes and C = chunks, and no term in the number of workloads or pods. Without
+``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill), every counter at every step.
+They go out in order, at most ``requests_in_flight`` at once (default 1:
 one at a time), each while the answer before it is decoded (``_Wire``), with the garbage collector paused
 for the pass (``_gc_paused``).
 A range answer is decoded one series at a time (``Transport.decode_result``), so time chunks (C > 1) are only
@@ -60,6 +64,12 @@ from recommender.sources.transport import Fetched, Form, SourceMetrics, Transpor
 __all__ = ["PrometheusConfig", "PrometheusSource"]
 
 log = logging.getLogger(__name__)
+
+
+_OOM_SEEN_MARGIN_S = 3600.0
+"""How far before the pass's first step (and its baseline step) the OOM-seen query also looks: more than any
+lookback delta a server uses (Prometheus's default is 5 minutes), so every raw sample the dense counter
+query could see at a step of the pass is inside it."""
 
 
 def _t(seconds: float) -> str:
@@ -208,22 +218,29 @@ class PrometheusSource:
 
     def _read_scope(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[GridRange],
                     usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> OwnerIndex:
-        """The scope's three owner queries, then four range queries per chunk, each sent while the answer
-        before it is decoded; the OOM follow-ups (``_record_ooms``) go out when an OOM is seen."""
+        """The scope's three owner queries (and, with sparse signals, the query for containers whose OOM
+        counter is above zero), then three or four range queries per chunk, each sent while the answer before
+        it is decoded; then the OOM counters of the containers that can show an OOM kill, and the follow-ups
+        (``_record_ooms``) for chunks in which one was seen."""
+        sparse = self.config.sparse_signals
         range_s = grid.last_s - grid.first_s + grid.step_s + self.config.cpu_rate_window_s
         at = [("time", _t(grid.last_s))]
-        todo = [self._form("query", [("query", q), *at]) for q in (
-            promql.pod_owner_query(scope, range_s), promql.replicaset_owner_query(scope, range_s),
-            promql.job_owner_query(scope, range_s))]
+        instant = [promql.pod_owner_query(scope, range_s), promql.replicaset_owner_query(scope, range_s),
+                   promql.job_owner_query(scope, range_s)]
+        if sparse:
+            instant.append(promql.oom_seen_query(scope, grid.last_s - grid.first_s + grid.step_s + _OOM_SEEN_MARGIN_S))
+        todo = [self._form("query", [("query", q), *at]) for q in instant]
         window = self.config.cpu_rate_window_s
         for chunk in parts:
             todo += [self._range_form(promql.cpu_query(scope, window), chunk),
                      self._range_form(promql.memory_peak_query(scope, chunk.step_s), chunk),
-                     self._range_form(promql.throttle_query(scope, window), chunk),
-                     self._range_form(promql.oom_events_query(scope), chunk, first_s=chunk.first_s - chunk.step_s)]
+                     self._range_form(promql.throttle_query(scope, window, sparse=sparse), chunk)]
+            if not sparse:
+                todo.append(self._oom_form(scope, chunk))
         answers = wire.ahead(todo)
         owners = OwnerIndex.from_rows(self._labels(next(answers)), self._labels(next(answers)),
                                       self._labels(next(answers)))
+        seen = self._oom_seen(next(answers)) if sparse else None
         for chunk in parts:
             for field_name in ("cpu", "memory", "throttle"):
                 for series in self._matrix(next(answers), chunk):
@@ -231,16 +248,37 @@ class PrometheusSource:
                     if len(clean.values):
                         getattr(usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
                             Samples(timestamps_s=clean.timestamps_s, values=clean.values))
-            baseline_s = chunk.first_s - chunk.step_s
-            events: dict[PodKey, list[tuple[float, int]]] = {}
-            with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
-            for series in self._matrix(next(answers), with_baseline):
-                found = oom_increments(drop_invalid(series, dropped), baseline_s)
-                if found:
-                    events[series.pod_key] = found
-            if events:
-                self._record_ooms(wire, scope, chunk, events, usage, dropped)
+            if not sparse:
+                self._read_ooms(wire, scope, chunk, next(answers), None, usage, dropped)
+        if seen:
+            narrow = promql.Scope(namespaces=tuple(sorted({k[0] for k in seen})),
+                                  pods=tuple(sorted({k[1] for k in seen})), cluster=scope.cluster)
+            for chunk, fetched in zip(parts, wire.ahead([self._oom_form(narrow, c) for c in parts]), strict=True):
+                self._read_ooms(wire, narrow, chunk, fetched, seen, usage, dropped)
         return owners
+
+    def _oom_form(self, scope: promql.Scope, chunk: GridRange) -> tuple[str, Form]:
+        return self._range_form(promql.oom_events_query(scope), chunk, first_s=chunk.first_s - chunk.step_s)
+
+    def _oom_seen(self, fetched: Fetched) -> set[PodKey]:
+        """The containers of an ``oom_seen_query`` answer."""
+        return {(d.get("namespace", ""), d.get("pod", ""), d.get("container", "")) for d in self._labels(fetched)}
+
+    def _read_ooms(self, wire: _Wire, scope: promql.Scope, chunk: GridRange, fetched: Fetched,
+                   only: set[PodKey] | None, usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> None:
+        """The OOM kills of one chunk's counter answer (of ``only`` those containers, when given: the narrowed
+        query's pod and namespace matchers can also match a pod of another scope)."""
+        baseline_s = chunk.first_s - chunk.step_s
+        events: dict[PodKey, list[tuple[float, int]]] = {}
+        with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
+        for series in self._matrix(fetched, with_baseline):
+            if only is not None and series.pod_key not in only:
+                continue
+            found = oom_increments(drop_invalid(series, dropped), baseline_s)
+            if found:
+                events[series.pod_key] = found
+        if events:
+            self._record_ooms(wire, scope, chunk, events, usage, dropped)
 
     def _record_ooms(self, wire: _Wire, scope: promql.Scope, chunk: GridRange,
                      events: dict[PodKey, list[tuple[float, int]]], usage: dict[PodKey, PodUsage],

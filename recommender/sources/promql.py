@@ -120,17 +120,27 @@ def memory_peak_query(scope: Scope, step_s: float) -> str:
     return f"max by ({BY}) (max_over_time({sel}[{duration(step_s - 0.001)}]))"
 
 
-def throttle_query(scope: Scope, window_s: float) -> str:
-    """Fraction of CFS periods throttled; steps without any period (idle or no limit) yield no sample."""
+def throttle_query(scope: Scope, window_s: float, *, sparse: bool = False) -> str:
+    """Fraction of CFS periods throttled; steps without any period (idle or no limit) yield no sample, and
+    with ``sparse`` neither do steps without throttling (a zero and no sample mean the same to every reader:
+    ``throttle_corrected`` leaves both unchanged, the report counts both as unthrottled)."""
     w = duration(window_s)
     throttled = selector("container_cpu_cfs_throttled_periods_total", scope)
     periods = selector("container_cpu_cfs_periods_total", scope)
-    return (f"max by ({BY}) (rate({throttled}[{w}])) / (max by ({BY}) (rate({periods}[{w}])) > 0)")
+    ratio = f"max by ({BY}) (rate({throttled}[{w}])) / (max by ({BY}) (rate({periods}[{w}])) > 0)"
+    return f"({ratio}) > 0" if sparse else ratio
 
 
 def oom_events_query(scope: Scope) -> str:
     """The cAdvisor OOM-event counter itself; increases are counted client-side between steps."""
     return f"max by ({BY}) ({selector('container_oom_events_total', scope)})"
+
+
+def oom_seen_query(scope: Scope, range_s: float) -> str:
+    """The containers whose OOM-event counter is above zero somewhere in the last ``range_s`` (an instant
+    query): only they can show an increase, so only they need ``oom_events_query`` at every step."""
+    sel = selector("container_oom_events_total", scope)
+    return f"max by ({BY}) (max_over_time({sel}[{duration(range_s)}])) > 0"
 
 
 def memory_resource_query(scope: Scope, kind: str) -> str:

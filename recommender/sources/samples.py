@@ -145,6 +145,21 @@ def _pool(parts: list[Samples]) -> Samples:
     return Samples(timestamps_s=ts[order], values=values[order])
 
 
+def _throttle_at_cpu_steps(pod: PodUsage) -> Samples:
+    """The pod's throttled fraction at each of its CPU samples (0 where none was read): the source reads
+    throttling only where it is above zero (``sparse_signals``), and aligned like this the pooled fractions
+    stand at the same positions as the pooled CPU samples, so each pod's CPU is corrected by its own
+    throttling (``throttle_corrected``), however many pods share a step."""
+    cpu = _pool(pod.cpu)
+    values = np.zeros(len(cpu))
+    throttle = _pool(pod.throttle)
+    if len(throttle) and len(cpu):
+        at = np.clip(np.searchsorted(throttle.timestamps_s, cpu.timestamps_s), 0, len(throttle) - 1)
+        hit = throttle.timestamps_s[at] == cpu.timestamps_s
+        values[hit] = throttle.values[at[hit]]
+    return Samples(timestamps_s=cpu.timestamps_s, values=values)
+
+
 def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
                   memory_interval_s: float) -> dict[ContainerKey, UsageBatch]:
     """One batch per workload container that has at least one sample or OOM kill; pods pooled.
@@ -163,7 +178,8 @@ def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_inte
         pods = grouped.pop(key)
         cpu = _pool([s for p in pods for s in p.cpu])
         memory = _pool([s for p in pods for s in p.memory])
-        throttle = _pool([s for p in pods for s in p.throttle])
+        throttled = any(bool((s.values > 0).any()) for p in pods for s in p.throttle)  # all zeros: no news
+        throttle = _pool([_throttle_at_cpu_steps(p) for p in pods]) if throttled else Samples.empty()
         ooms = tuple(sorted((o for p in pods for o in p.ooms), key=lambda o: o.timestamp_s))
         del pods
         if len(cpu) == 0 and len(memory) == 0 and len(throttle) == 0 and not ooms:

@@ -6,7 +6,10 @@ private Prometheus gets ``--days`` of history for one pod per Deployment, backfi
 the node simulator's OpenMetrics exporter at a 5-minute resolution (the report reads it with ``--step 5m
 --scrape-interval 5m``). Measured: the whole command as a user runs it (a fresh ``python`` process writing
 JSON, then HTML, to a file), and in one process the stages (discovery, history read, model and costs,
-rendering), with the requests each backend received.
+rendering), with the requests each backend received and the CPU seconds Prometheus spent (its own
+``process_cpu_seconds_total``). Every fifth container has a 300m CPU limit, so some are throttled at their
+daily peak. The history read runs sparse (the default) and at full resolution (``sparse_signals`` off: every
+container's OOM counter and throttled fraction at every step), side by side; both must read the same.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,7 +71,8 @@ def backfill(prom: LocalPrometheus, names: list[tuple[str, str]], days: float, e
                                         memory_bytes=(100 + (i % 7) * 40) * MI, memory_amplitude_bytes=20 * MI,
                                         cpu_noise=0.2, seed=i),
                             pod_uid=f"uid-{i}", owner_name=f"{name}-5d9c", replicaset_owner_name=name,
-                            cpu_request_millicores=500, memory_request_bytes=512 * MI, memory_limit_bytes=1024 * MI)
+                            cpu_request_millicores=500, memory_request_bytes=512 * MI, memory_limit_bytes=1024 * MI,
+                            cpu_limit_millicores=300 if i % 5 == 0 else None)
             for i, (ns, name) in enumerate(names)]
     path = tmp / "fleet.om"
     with path.open("w") as out:
@@ -104,11 +109,22 @@ def stages(kubeconfig: str, url: str, days: float) -> dict[str, Any]:
     inventory = Discovery(api).read(Filters())
     out["discovery_s"], out["api_requests"] = time.monotonic() - t0, inventory.api_requests
     now = time.time()
+    namespaces = sorted({w.namespace for w in inventory.workloads})
+    dense = PrometheusSource(PrometheusConfig(url=url, step_s=STEP_S, scrape_interval_s=STEP_S, sparse_signals=False),
+                             registry=CollectorRegistry())
+    cpu0, t0 = prometheus_cpu_s(url), time.monotonic()
+    full = dense.history(namespaces, now - 120 - days * 86400, now - 120)
+    out["history_dense_s"], out["prometheus_cpu_dense_s"] = time.monotonic() - t0, prometheus_cpu_s(url) - cpu0
+    out["prometheus_requests_dense"] = dense.request_count
     source = PrometheusSource(PrometheusConfig(url=url, step_s=STEP_S, scrape_interval_s=STEP_S,
                                                requests_in_flight=IN_FLIGHT[0]), registry=CollectorRegistry())
-    t0 = time.monotonic()
-    batches = source.history(sorted({w.namespace for w in inventory.workloads}), now - 120 - days * 86400, now - 120)
-    out["history_s"], out["prometheus_requests"] = time.monotonic() - t0, source.request_count
+    cpu0, t0 = prometheus_cpu_s(url), time.monotonic()
+    batches = source.history(namespaces, now - 120 - days * 86400, now - 120)
+    out["history_s"], out["prometheus_cpu_s"] = time.monotonic() - t0, prometheus_cpu_s(url) - cpu0
+    out["prometheus_requests"] = source.request_count
+    if _points(full) != _points(batches):
+        raise RuntimeError("the sparse read differs from the full-resolution one")
+    out["throttled_containers"] = sum(1 for b in batches.values() if (b.cpu_throttled_fraction.values > 0).any())
     for k in IN_FLIGHT[1:]:  # the same pass with more queries on the wire at once: same requests, same answers
         wide = PrometheusSource(PrometheusConfig(url=url, step_s=STEP_S, scrape_interval_s=STEP_S,
                                                  requests_in_flight=k), registry=CollectorRegistry())
@@ -131,10 +147,21 @@ def stages(kubeconfig: str, url: str, days: float) -> dict[str, Any]:
     return out
 
 
-def _points(batches: dict[Any, Any]) -> dict[Any, tuple[int, float, float]]:
-    """Per container: CPU points, their sum and the sum of memory peaks (equal reads give equal values)."""
+def prometheus_cpu_s(url: str) -> float:
+    """The CPU seconds the Prometheus process has used so far (its own ``process_cpu_seconds_total``)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:  # 127.0.0.1: the harness's Prometheus
+        for line in resp.read().decode().splitlines():
+            if line.startswith("process_cpu_seconds_total "):
+                return float(line.split()[1])
+    raise RuntimeError("Prometheus does not report process_cpu_seconds_total")
+
+
+def _points(batches: dict[Any, Any]) -> dict[Any, tuple[int, float, float, float, int]]:
+    """Per container: CPU points, their sum, the sum of memory peaks, of throttled fractions and the OOM kills
+    (equal reads give equal values)."""
     return {k: (len(b.cpu_cores.values), round(float(b.cpu_cores.values.sum()), 6),
-                round(float(b.memory_peak_bytes.values.sum()), 0)) for k, b in batches.items()}
+                round(float(b.memory_peak_bytes.values.sum()), 0),
+                round(float(b.cpu_throttled_fraction.values.sum()), 6), len(b.oom_kills)) for k, b in batches.items()}
 
 
 def run(workloads: int, days: float, repeats: int) -> str:
@@ -170,7 +197,13 @@ def table(workloads: int, days: float, create_s: float, backfill_s: float, walls
         f"| `report -o html` (fresh process, to a file, default settings) | {statistics.median(walls['html']):.2f} s | "
         f"{', '.join(f'{w:.2f}' for w in walls['html'])} |",
         f"| stage: discovery (list calls) | {med('discovery_s'):.2f} s | |",
-        f"| stage: usage history (PrometheusSource.history), 1 query in flight | {med('history_s'):.2f} s | |",
+        f"| stage: usage history at full resolution (sparse signals off), 1 query in flight | "
+        f"{med('history_dense_s'):.2f} s | Prometheus CPU {med('prometheus_cpu_dense_s'):.2f} s, "
+        f"{med('prometheus_requests_dense'):.0f} requests |",
+        f"| stage: usage history (PrometheusSource.history, the default: sparse signals), 1 query in flight | "
+        f"{med('history_s'):.2f} s | {med('history_s') / med('history_dense_s'):.2f}x of full resolution; Prometheus "
+        f"CPU {med('prometheus_cpu_s'):.2f} s ({med('prometheus_cpu_s') / med('prometheus_cpu_dense_s'):.2f}x), "
+        f"{med('prometheus_requests'):.0f} requests; the same batches |",
         *(f"| stage: usage history, {k} queries in flight (same requests and answers) | "
           f"{med(f'history_{k}_s'):.2f} s | {med(f'history_{k}_s') / med('history_s'):.2f}x of 1 in flight"
           f"{' (the default)' if k == DEFAULT_IN_FLIGHT else ''} |"
@@ -184,9 +217,11 @@ def table(workloads: int, days: float, create_s: float, backfill_s: float, walls
         f"{workloads} Deployments (3 replicas, paused, one container) in {NAMESPACES} namespaces on a private "
         f"control plane; {days:g} days of history per workload at a 5-minute step in a private Prometheus "
         f"(fleet created in {create_s:.1f} s, backfilled in {backfill_s:.1f} s). {with_history} of "
-        f"{len(doc['workloads'])} workloads had history in the report.", "",
+        f"{len(doc['workloads'])} workloads had history in the report; {staged[0]['throttled_containers']} "
+        "containers were throttled at some step.", "",
         f"Requests per report: **{doc['requests']['prometheus']} to Prometheus** (1 series + per namespace batch "
-        f"3 owner + 4 range queries; none per workload; KRR's measured formula 6 + 7 N gives {6 + 7 * workloads}) "
+        f"3 owner queries, 1 for containers with OOM kills and 3 range queries; none per workload; KRR's measured "
+        f"formula 6 + 7 N gives {6 + 7 * workloads}) "
         f"and **{doc['requests']['kubernetes']} to the API server** (one list per kind).", "",
         "| measurement | median | runs |", "|---|---|---|", *rows])
 

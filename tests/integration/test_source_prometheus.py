@@ -25,8 +25,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.backtest.cli import run_backtest
-from recommender.model.types import ContainerKey, UsageBatch
+from recommender.model.registry import STRATEGIES, get_strategy
+from recommender.model.types import ContainerKey, ContainerPolicy, UsageBatch
 from recommender.sources.errors import TemporarySourceError
 from recommender.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.harness.prometheus import LocalPrometheus
@@ -158,7 +160,8 @@ def _per_pod(batch: UsageBatch, pods: int) -> tuple[np.ndarray, np.ndarray]:
 
 def test_batches_are_workload_level_and_match_the_model(world: World) -> None:
     start, end = world.now_s - 86400, world.now_s  # the last day: (start, end] at 300 s = 288 steps
-    batches = _source(world.url).history([world.shop], start, end)
+    # Throttling at every step (zeros too), so that each step of each pod can be compared with the model.
+    batches = _source(world.url, sparse_signals=False).history([world.shop], start, end)
     web, api, db = _key(world.shop, "Deployment", "web"), _key(world.shop, "Deployment", "api"), \
         _key(world.shop, "StatefulSet", "db")
     assert set(batches) == {web, api, db}  # two ReplicaSet generations of web pool into one key
@@ -175,8 +178,11 @@ def test_batches_are_workload_level_and_match_the_model(world: World) -> None:
         np.testing.assert_allclose(cpu, np.repeat(exp_cpu[:, None], pods, axis=1), rtol=1e-9, atol=1e-12)
         # max_over_time of a gauge: exact, and a true peak (the max of 5 grid samples, not the value at t).
         np.testing.assert_array_equal(memory, np.repeat(exp_memory[:, None], pods, axis=1))
-        throttle = batch.cpu_throttled_fraction.values.reshape(-1, pods)
-        np.testing.assert_allclose(throttle, np.repeat(exp_throttle[:, None], pods, axis=1), rtol=1e-9)
+        if (exp_throttle > 0).any():
+            throttle = batch.cpu_throttled_fraction.values.reshape(-1, pods)
+            np.testing.assert_allclose(throttle, np.repeat(exp_throttle[:, None], pods, axis=1), rtol=1e-9)
+        else:  # never throttled: no samples, which every reader takes as zeros
+            assert len(batch.cpu_throttled_fraction) == 0
     api_throttle = batches[api].cpu_throttled_fraction.values
     assert api_throttle.max() > 0.1  # the api pods hit their 700m limit at the daily peak
     assert batches[web].cpu_cores.values.min() == pytest.approx(0.25, rel=1e-9)  # Constant: no throttling
@@ -193,11 +199,12 @@ def test_requests_do_not_grow_with_workloads(world: World) -> None:
     assert len(one.history([world.solo], start, end)) == 1  # 1 workload, 1 pod
     assert len(three.history([world.shop], start, end)) == 3  # 3 workloads, 8 pods
     assert len(both.history([world.shop, world.solo], start, end)) == 4  # both namespaces in one batch
-    # 1 series listing + 3 owner queries + 4 usage queries (one chunk of 576 points) = 8, whatever the count.
+    # 1 series listing + 3 owner queries + 1 for containers with OOM kills (none here) + 3 usage queries (one
+    # chunk of 576 points) = 8, whatever the count.
     assert one.request_count == three.request_count == both.request_count == 8
     assert _requests(registry, "series", "ok") == 1
-    assert _requests(registry, "query", "ok") == 3
-    assert _requests(registry, "query_range", "ok") == 4
+    assert _requests(registry, "query", "ok") == 4
+    assert _requests(registry, "query_range", "ok") == 3
 
 
 def test_chunked_and_incremental_passes_equal_one_pass(world: World) -> None:
@@ -205,7 +212,7 @@ def test_chunked_and_incremental_passes_equal_one_pass(world: World) -> None:
     whole = _source(world.url).history([world.shop], start, end)
     chunked_source = _source(world.url, max_points_per_series=100)  # 288 points -> chunks of 99
     chunked = chunked_source.history([world.shop], start, end)
-    assert chunked_source.request_count == 1 + 3 + 4 * 3
+    assert chunked_source.request_count == 1 + 4 + 3 * 3
     first = _source(world.url).history([world.shop], start, mid)
     second = _source(world.url).history([world.shop], mid, end)
     assert set(whole) == set(chunked) == set(first) == set(second) and len(whole) == 3
@@ -233,7 +240,43 @@ def test_oom_kills_carry_the_memory_limit_and_request(world: World) -> None:
     expected = [t for t in np.arange(start + 3600, end + 1, 3600) if t % (6 * 3600) == 0]
     assert [k.timestamp_s for k in batch.oom_kills] == expected
     assert {(k.memory_limit_bytes, k.memory_request_bytes) for k in batch.oom_kills} == {(256 * MI, 128 * MI)}
-    assert source.request_count == 1 + 3 + 4 + 2  # the chunk with OOM kills also reads limits and requests
+    # The OOM counter is read only for the container that has one above zero, and the chunk with OOM kills
+    # also reads limits and requests.
+    assert source.request_count == 1 + 4 + 3 + 1 + 2
+
+
+def test_sparse_signals_change_no_recommendation(world: World) -> None:
+    """The same history read at full resolution (every container's OOM counter and throttled fraction at every
+    step) and sparsely (OOM counters of containers that have one above zero, throttling where it is above
+    zero): the same CPU, memory and OOM kills, the throttling that is not zero, and the same recommendation of
+    every strategy for every container."""
+    start, end = world.now_s - 2 * 86400, world.now_s
+    namespaces = [world.shop, world.solo, world.oom]
+    dense_source = _source(world.url, sparse_signals=False)
+    sparse_source = _source(world.url, max_points_per_series=200)  # three chunks
+    dense, sparse = dense_source.history(namespaces, start, end), sparse_source.history(namespaces, start, end)
+    assert set(dense) == set(sparse) and len(dense) == 5
+    assert sum(len(b.oom_kills) for b in sparse.values()) == 8  # two days of 6-hourly kills
+    for key, full in dense.items():
+        got = sparse[key]
+        # Throttling read only where it is above zero comes back at every CPU sample, 0 where none was read.
+        for name in ("cpu_cores", "memory_peak_bytes", "cpu_throttled_fraction"):
+            a, b = getattr(full, name), getattr(got, name)
+            assert np.array_equal(a.timestamps_s, b.timestamps_s) and np.array_equal(a.values, b.values), name
+        assert got.oom_kills == full.oom_kills
+    api = sparse[_key(world.shop, "Deployment", "api")].cpu_throttled_fraction.values
+    assert (api > 0).any() and (api == 0).any()
+    current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=256 * MI),
+                               limits=Resources(cpu_millicores=700, memory_bytes=512 * MI))
+    for name in STRATEGIES:
+        strategy = get_strategy(name)
+        for key in dense:
+            recs = []
+            for batches in (dense, sparse):
+                state = strategy.new_state()
+                state.add(batches[key])
+                recs.append(strategy.recommend(state, now_s=end, policy=ContainerPolicy(), current=current))
+            assert recs[0] == recs[1], (name, key)
 
 
 def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,

@@ -129,3 +129,17 @@ def test_disruption_per_workload() -> None:
     assert by_name["db"].disruption == Disruption.IN_PLACE_RESTART
     assert by_name["db"].qos_current == by_name["db"].qos_planned == "Guaranteed"
     assert by_name["nightly"].disruption == Disruption.LEFT_ALONE
+
+
+def test_throttled_fraction_is_the_mean_over_the_steps_the_container_ran() -> None:
+    from recommender.report.build import usage_summary
+
+    limited, unlimited = spec("app", cur(500, 256 * Mi, 1000)), spec("app", cur(500, 256 * Mi))
+    throttled = usage_summary(batch(0.4, 100 * Mi, throttled=0.25), limited, None)
+    assert throttled is not None and throttled.throttled_fraction == 0.25
+    # No throttling read (the source reads it only where it is above zero): never throttled if it has a limit,
+    # nothing to say if it has none.
+    never = usage_summary(batch(0.4, 100 * Mi), limited, None)
+    assert never is not None and never.throttled_fraction == 0.0
+    unknown = usage_summary(batch(0.4, 100 * Mi), unlimited, None)
+    assert unknown is not None and unknown.throttled_fraction is None

@@ -194,6 +194,28 @@ def test_build_batches_pools_pods_per_workload_and_skips_empty_keys() -> None:
     assert len(batch.cpu_throttled_fraction) == 0
 
 
+def test_throttling_read_sparsely_stands_beside_each_pods_own_cpu_samples() -> None:
+    """Two pods of one workload at the same steps; throttling was read only where it was above zero (one step
+    of the first pod). Pooled, each throttled fraction sits at its own pod's CPU sample, 0 elsewhere, so the
+    strategies correct each pod's CPU by its own throttling; a workload never throttled has no samples."""
+    owners = OwnerIndex(pods={("shop", "web-1"): Workload(kind="StatefulSet", name="web"),
+                              ("shop", "web-2"): Workload(kind="StatefulSet", name="web"),
+                              ("shop", "db-1"): Workload(kind="StatefulSet", name="db")})
+    throttled = Samples(timestamps_s=np.array([T0 + 60]), values=np.array([0.5]))
+    usage = {
+        ("shop", "web-1", "app"): PodUsage(cpu=[_samples([0.1, 0.7, 0.2])], throttle=[throttled]),
+        ("shop", "web-2", "app"): PodUsage(cpu=[_samples([0.3, 0.4, 0.5])]),
+        ("shop", "db-1", "app"): PodUsage(cpu=[_samples([0.3, 0.4])], throttle=[_samples([0.0, 0.0])]),
+    }
+    batches = build_batches(usage, owners, cpu_interval_s=60, memory_interval_s=60)
+    web = batches[ContainerKey(namespace="shop", workload_kind="StatefulSet", workload_name="web", container="app")]
+    assert web.cpu_cores.values.tolist() == [0.1, 0.3, 0.7, 0.4, 0.2, 0.5]
+    assert web.cpu_throttled_fraction.timestamps_s.tolist() == web.cpu_cores.timestamps_s.tolist()
+    assert web.cpu_throttled_fraction.values.tolist() == [0.0, 0.0, 0.5, 0.0, 0.0, 0.0]
+    db = batches[ContainerKey(namespace="shop", workload_kind="StatefulSet", workload_name="db", container="app")]
+    assert len(db.cpu_throttled_fraction) == 0  # zeros only: the same as no throttling read
+
+
 # -------------------------------------------------------------------------------------------- planning
 def test_plan_scopes_packs_namespaces_and_pages_big_ones() -> None:
     counts = count_containers([
