@@ -27,7 +27,7 @@ from podtailor.runtime.cli import (
 from podtailor.runtime.leader import add_leader_election_flags
 from podtailor.runtime.serve import add_listen_flag
 from recommender import __version__
-from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, prometheus_config
+from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, history_plan, prometheus_config
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
@@ -84,8 +84,9 @@ def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
     prom = prometheus_config(args)
     engine_cfg = engine_config(args)
     api = kube_client(args)
-    source = PrometheusSource(prom, registry=registry)
-    return RecommenderEngine(store=KubeAdapter(api), source=source, strategy=get_strategy(args.strategy),
+    strategy = get_strategy(args.strategy)
+    source = PrometheusSource(prom, registry=registry, plan=history_plan(args, strategy))
+    return RecommenderEngine(store=KubeAdapter(api), source=source, strategy=strategy,
                              config=engine_cfg, metrics=RecommenderMetrics(registry), events=EventRecorder(api)), api
 
 

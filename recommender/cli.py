@@ -15,10 +15,12 @@ from typing import Any
 from podtailor.runtime.cli import UsageError, duration_s
 from recommender.engine import EngineConfig
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
+from recommender.model.types import HistoryPlan, Strategy
 from recommender.sources.config import PrometheusConfig
 
 
-def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
+def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True, *, plan: bool = True) -> None:
+    """The Prometheus group; ``plan`` adds ``--full-resolution`` (commands that run one strategy)."""
     g = p.add_argument_group("Prometheus (or Thanos, Mimir, VictoriaMetrics)")
     g.add_argument("--prometheus-url", required=required, help="base URL with any path prefix, e.g. "
                    "http://prometheus.monitoring:9090 or https://mimir.example/prometheus")
@@ -43,6 +45,12 @@ def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True) -> N
                    help="queries of a pass sent at once, 1 to 16 (default: %(default)s: each after the one "
                         "before, while its answer is decoded); more uses more of the backend's cores and holds up "
                         "to N answers in memory; the number of queries stays the same")
+    if not plan:
+        return
+    g.add_argument("--full-resolution", action="store_true",
+                   help="read all of the history at --step; by default history older than the strategy needs "
+                        "at that resolution (podtailor: 3 days, vpa: 6 days; krr-simple: none) is read as "
+                        "hourly CPU means and memory peaks, which moves no target by more than a histogram bucket")
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -89,6 +97,11 @@ def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
         return PrometheusConfig(**kwargs)
     except ValueError as err:
         raise UsageError(f"bad Prometheus settings: {err}") from None
+
+
+def history_plan(args: argparse.Namespace, strategy: Strategy) -> HistoryPlan | None:
+    """The strategy's query plan, or None (everything at the step) with ``--full-resolution``."""
+    return None if getattr(args, "full_resolution", False) else strategy.history_plan()
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:

@@ -90,7 +90,7 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="start CPU request = provisioned / this (2)")
     sim.add_argument("--start-memory-limit-ratio", type=float, default=1.0,
                      help="start memory request = provisioned / this (1)")
-    add_prometheus_flags(p, required=False)
+    add_prometheus_flags(p, required=False, plan=False)  # several strategies: history at full resolution
     prom = p.add_argument_group("history from Prometheus (--prometheus)")
     prom.add_argument("-n", "--namespace", action="append", default=[],
                       help="namespace whose workloads are replayed (repeatable; required with --prometheus)")

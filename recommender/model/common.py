@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from recommender.model.types import Samples, UsageBatch
+from recommender.model.types import HistoryPlan, Samples, UsageBatch
 
 DAY_S = 86400.0
 MIB = 1024 * 1024
@@ -42,12 +42,24 @@ def validate_batch(batch: UsageBatch) -> None:
     for name, interval in (("cpu_interval_s", batch.cpu_interval_s), ("memory_interval_s", batch.memory_interval_s)):
         if not (math.isfinite(interval) and interval > 0):
             raise ValueError(f"{name} must be positive and finite")
+    if batch.summary is not None:
+        if batch.summary.summary is not None:
+            raise ValueError("a summary holds no summary of its own")
+        validate_batch(batch.summary)
     for oom in batch.oom_kills:
         if not math.isfinite(oom.timestamp_s):
             raise ValueError("OOM kill with a non-finite timestamp")
         for amount in (oom.memory_limit_bytes, oom.memory_request_bytes):
             if amount is not None and amount < 0:
                 raise ValueError("OOM kill with a negative memory amount")
+
+
+def segments(batch: UsageBatch) -> list[tuple[UsageBatch, float]]:
+    """The batch's parts in time order with the weight of each CPU sample: its summary first (a sample weighs
+    the steps it stands for), then the batch itself at weight 1."""
+    if batch.summary is None:
+        return [(batch, 1.0)]
+    return [(batch.summary, batch.summary.cpu_interval_s / batch.cpu_interval_s), (batch, 1.0)]
 
 
 def upper_multiplier(confidence_days: float, multiplier: float = 1.0, exponent: float = 1.0) -> float:
@@ -102,3 +114,7 @@ class StrategyBase(Generic[P, S]):
     def parameters(self) -> dict[str, Any]:
         values: dict[str, Any] = asdict(self.params)  # type: ignore[call-overload]
         return values
+
+    def history_plan(self) -> HistoryPlan:
+        """Everything at full resolution unless the strategy says what it weighs less."""
+        return HistoryPlan()

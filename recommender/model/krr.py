@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podtailor.resources import CurrentResources
-from recommender.model.common import DAY_S, MIB, StrategyBase, validate_batch
+from recommender.model.common import DAY_S, MIB, StrategyBase, segments, validate_batch
 from recommender.model.histogram import BucketScheme, WindowedHistogram
 from recommender.model.peaks import SlotMax, sort_samples, split_at
 from recommender.model.policy import (
@@ -90,13 +90,17 @@ class KrrState:
 
     def add(self, batch: UsageBatch) -> None:
         validate_batch(batch)
+        for part, weight in segments(batch):  # krr-simple plans full resolution; a summary still counts right
+            self._add_segment(part, weight)
+
+    def _add_segment(self, batch: UsageBatch, cpu_weight: float) -> None:
         cpu = sort_samples(batch.cpu_cores.timestamps_s, batch.cpu_cores.values)
         if self._last_cpu_s is not None:  # a new batch holds only samples newer than the previous one
             _, cpu = split_at(cpu, self._last_cpu_s)
         mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
         if self._last_memory_s is not None:
             _, mem = split_at(mem, self._last_memory_s)
-        self.cpu.add(cpu.values, cpu.timestamps_s)
+        self.cpu.add(cpu.values, cpu.timestamps_s, cpu_weight)
         self.memory.add(mem)
         for oom in batch.oom_kills:
             if oom.memory_limit_bytes is not None:

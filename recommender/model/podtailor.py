@@ -48,7 +48,7 @@ from recommender.model.policy import (
     no_recommendation,
     with_floor,
 )
-from recommender.model.types import ContainerPolicy, ContainerState, Recommendation
+from recommender.model.types import ContainerPolicy, ContainerState, HistoryPlan, Recommendation
 
 _LIMIT_RULES = {"percentile": LimitRule.EXPLICIT, "proportional": LimitRule.PROPORTIONAL, "none": LimitRule.NONE}
 
@@ -67,6 +67,12 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
 
     def __init__(self, params: PodtailorParams | None = None) -> None:
         super().__init__(params or PodtailorParams())
+
+    def history_plan(self) -> HistoryPlan:
+        """Full resolution for six slow CPU half-lives (3 days at 12 h: all older samples together weigh under
+        1/64 of the slow histogram, nothing in the fast one), hourly summaries before that. Memory is read
+        hourly there too: the "cost" statistic and the peak histogram take one peak per hour anyway."""
+        return HistoryPlan(full_resolution_s=6 * max(self.params.cpu_half_life_s, self.params.cpu_fast_half_life_s))
 
     def _cpu_percentile(self, state: PodtailorState, p: float) -> float | None:
         fast = state.cpu_fast.percentile(p) if self.params.cpu_fast_half_life_s > 0 else None

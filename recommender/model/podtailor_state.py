@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from recommender.model.common import DAY_S, MIB, oom_bump, validate_batch
+from recommender.model.common import DAY_S, MIB, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
 from recommender.model.types import FloatArray, OomKill, Samples, UsageBatch
@@ -303,7 +303,11 @@ class PodtailorState:
 
     def add(self, batch: UsageBatch) -> None:
         validate_batch(batch)
-        self._add_cpu(batch)
+        for part, weight in segments(batch):
+            self._add_segment(part, weight)
+
+    def _add_segment(self, batch: UsageBatch, cpu_weight: float) -> None:
+        self._add_cpu(batch, cpu_weight)
         mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
         if self.memory_seen.last_s is not None:
             _, mem = split_at(mem, self.memory_seen.last_s)
@@ -313,16 +317,16 @@ class PodtailorState:
             self._record_oom(oom)
         self._add_memory(mem, batch.memory_interval_s)
 
-    def _add_cpu(self, batch: UsageBatch) -> None:
+    def _add_cpu(self, batch: UsageBatch, weight: float = 1.0) -> None:
         values = batch.cpu_cores.values
         if self.params.throttle_correction:
             values = throttle_corrected(batch.cpu_cores, batch.cpu_throttled_fraction)
         cpu = sort_samples(batch.cpu_cores.timestamps_s, values)
         if self.cpu_seen.last_s is not None:  # a new batch holds only samples newer than the previous one
             _, cpu = split_at(cpu, self.cpu_seen.last_s)
-        self.cpu.add(cpu.values, cpu.timestamps_s)
+        self.cpu.add(cpu.values, cpu.timestamps_s, weight)
         if self.params.cpu_fast_half_life_s > 0:
-            self.cpu_fast.add(cpu.values, cpu.timestamps_s)
+            self.cpu_fast.add(cpu.values, cpu.timestamps_s, weight)
         self.cpu_seen.note(cpu.timestamps_s, batch.cpu_interval_s)
         if self.params.cpu_over_request_budget > 0 and cpu.values.size:
             # Memory stays bounded: at most the last day's samples are kept, in one array of our own (a copy: a

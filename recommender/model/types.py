@@ -10,6 +10,7 @@ imports a Kubernetes or HTTP client, a logger or the clock.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -80,6 +81,35 @@ class UsageBatch:
     oom_kills: tuple[OomKill, ...] = ()
     cpu_throttled_fraction: Samples = field(default_factory=Samples.empty)
     """Fraction of CFS periods throttled per CPU interval (0..1), when the container has a CPU limit."""
+    summary: UsageBatch | None = None
+    """Older history of the same container at a coarser resolution (a ``HistoryPlan``'s summaries), all of it
+    before this batch's samples: each CPU sample the mean over its interval, each memory sample the peak. A
+    strategy folds it in first, each CPU sample weighing the steps it stands for (its interval over this
+    batch's), then this batch. It holds no summary of its own."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryPlan:
+    """What a strategy weighs, by age, so that the source reads only that (issue #22).
+
+    Samples younger than ``full_resolution_s`` (counted back from the end of a pass) are read at the pass's
+    step; older ones as one summary per ``summary_step_s``: the mean CPU rate and the peak working set over it
+    (``UsageBatch.summary``). A strategy that weighs a sample by 2^(-age / half-life) declares a few
+    half-lives: beyond six, all older samples together weigh under 1/64 of the total, so the summaries move no
+    percentile by more than that share of the weight. The default reads everything at full resolution."""
+
+    full_resolution_s: float = math.inf
+    summary_step_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not (self.full_resolution_s > 0 and not math.isnan(self.full_resolution_s)):
+            raise ValueError("full_resolution_s must be positive")
+        if not (math.isfinite(self.summary_step_s) and self.summary_step_s > 0):
+            raise ValueError("summary_step_s must be positive and finite")
+
+    @property
+    def full(self) -> bool:
+        return math.isinf(self.full_resolution_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,3 +169,5 @@ class Strategy(Protocol):
                   current: CurrentResources) -> Recommendation: ...
 
     def parameters(self) -> dict[str, Any]: ...
+
+    def history_plan(self) -> HistoryPlan: ...

@@ -22,13 +22,21 @@ from recommender.model.common import (
     StrategyBase,
     lower_multiplier,
     oom_bump,
+    segments,
     upper_multiplier,
     validate_batch,
 )
 from recommender.model.histogram import VPA_CPU_BUCKETS, VPA_MEMORY_BUCKETS, DecayingHistogram
 from recommender.model.peaks import IntervalPeaks, sort_samples, split_at
 from recommender.model.policy import Estimate, ResourceEstimate, finalize, no_recommendation, with_floor
-from recommender.model.types import ContainerPolicy, ContainerState, OomKill, Recommendation, UsageBatch
+from recommender.model.types import (
+    ContainerPolicy,
+    ContainerState,
+    HistoryPlan,
+    OomKill,
+    Recommendation,
+    UsageBatch,
+)
 
 STATE_VERSION = 1
 
@@ -88,7 +96,11 @@ class VpaState:
 
     def add(self, batch: UsageBatch) -> None:
         validate_batch(batch)
-        self._add_cpu(batch)
+        for part, weight in segments(batch):
+            self._add_segment(part, weight)
+
+    def _add_segment(self, batch: UsageBatch, cpu_weight: float) -> None:
+        self._add_cpu(batch, cpu_weight)
         mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
         for oom in sorted(batch.oom_kills, key=lambda o: o.timestamp_s):
             before, mem = split_at(mem, oom.timestamp_s)
@@ -96,18 +108,18 @@ class VpaState:
             self._record_oom(oom)
         self.memory.add(mem)
 
-    def _add_cpu(self, batch: UsageBatch) -> None:
+    def _add_cpu(self, batch: UsageBatch, weight: float = 1.0) -> None:
         ts, values = batch.cpu_cores.timestamps_s, batch.cpu_cores.values
         if self._last_cpu_s is not None:  # VPA drops samples not after the last one (dedup across batches)
             keep = ts > self._last_cpu_s
             ts, values = ts[keep], values[keep]
         if ts.size == 0:
             return
-        self.cpu.add(values, ts, self.cpu_weight)
+        self.cpu.add(values, ts, self.cpu_weight * weight)
         first, last = float(ts.min()), float(ts.max())
         self._first_cpu_s = first if self._first_cpu_s is None else min(self._first_cpu_s, first)
         self._last_cpu_s = last
-        self.total_samples += int(ts.size)
+        self.total_samples += round(ts.size * weight)  # a summary sample counts as the steps it stands for
 
     def _record_oom(self, oom: OomKill) -> None:
         used = max(float(oom.memory_request_bytes or 0), self.memory.usage_peak)
@@ -156,6 +168,11 @@ class VpaStrategy(StrategyBase[VpaParams, VpaState]):
 
     def __init__(self, params: VpaParams | None = None) -> None:
         super().__init__(params or VpaParams())
+
+    def history_plan(self) -> HistoryPlan:
+        """Full resolution for six CPU half-lives (6 days at VPA's 24 h; older samples weigh under 1/64 in
+        all), hourly summaries before that; memory peaks are daily, so hourly peaks lose nothing there."""
+        return HistoryPlan(full_resolution_s=6 * self.params.cpu_half_life_s)
 
     def parameters(self) -> dict[str, Any]:
         return {**asdict(self.params), "memory_peak_weight": 1.0, "cpu_buckets": VPA_CPU_BUCKETS.to_dict(),

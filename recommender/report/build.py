@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -105,9 +105,35 @@ def _throttled_fraction(throttle: Samples, cpu_samples: int, spec: ContainerSpec
     return None
 
 
+def _repeat(samples: Samples, times: int) -> Samples:
+    return Samples(timestamps_s=np.repeat(samples.timestamps_s, times), values=np.repeat(samples.values, times))
+
+
+def _join(a: Samples, b: Samples) -> Samples:
+    return Samples(timestamps_s=np.concatenate([a.timestamps_s, b.timestamps_s]),
+                   values=np.concatenate([a.values, b.values]))
+
+
+def at_step(batch: UsageBatch) -> UsageBatch:
+    """The batch with its summary (``HistoryPlan``) folded in at the batch's step: each summary sample counted
+    as the steps it stands for, so distributions, throttled shares and observed hours cover the whole window."""
+    summary = batch.summary
+    if summary is None:
+        return batch
+    cpu_times = max(1, round(summary.cpu_interval_s / batch.cpu_interval_s))
+    memory_times = max(1, round(summary.memory_interval_s / batch.memory_interval_s))
+    throttle = batch.cpu_throttled_fraction
+    if len(summary.cpu_throttled_fraction) or len(throttle):
+        throttle = _join(_repeat(summary.cpu_throttled_fraction, cpu_times), throttle)
+    return replace(batch, summary=None, cpu_cores=_join(_repeat(summary.cpu_cores, cpu_times), batch.cpu_cores),
+                   memory_peak_bytes=_join(_repeat(summary.memory_peak_bytes, memory_times), batch.memory_peak_bytes),
+                   cpu_throttled_fraction=throttle, oom_kills=(*summary.oom_kills, *batch.oom_kills))
+
+
 def usage_summary(batch: UsageBatch | None, spec: ContainerSpec, rec: Recommendation | None) -> UsageSummary | None:
     if batch is None:
         return None
+    batch = at_step(batch)
     throttle: Samples = batch.cpu_throttled_fraction
     return UsageSummary(
         cpu_millicores=distribution(batch.cpu_cores.values * 1000.0, _refs(spec, rec, "cpu")),
@@ -122,7 +148,7 @@ def pod_hours_per_month(workload: Workload, batches: Iterable[UsageBatch | None]
     if workload.kind not in OCCASIONAL_KINDS:
         return Fraction(workload.replicas * hours)
     window_s = Fraction(cfg.end_s - cfg.start_s)
-    seen = max((Fraction(len(b.cpu_cores)) * Fraction(b.cpu_interval_s) for b in batches if b is not None),
+    seen = max((Fraction(len(b.cpu_cores)) * Fraction(b.cpu_interval_s) for b in map(at_step, filter(None, batches))),
                default=Fraction(0))
     return seen * hours / window_s if window_s > 0 else Fraction(0)
 

@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags, duration_s, kube_client
-from recommender.cli import add_prometheus_flags, prometheus_config
+from recommender.cli import add_prometheus_flags, history_plan, prometheus_config
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, get_strategy
 from recommender.report import render
 from recommender.report.types import KINDS, Report
@@ -201,7 +201,7 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
     now = time.time()
     end = now - READ_LAG_S
     start = end - args.history
-    source = PrometheusSource(prom, registry=CollectorRegistry())
+    source = PrometheusSource(prom, registry=CollectorRegistry(), plan=history_plan(args, strategy))
     progress.stage(f"reading usage history of {len(inventory.workloads)} workloads", total=None)
     try:
         batches = source.history(sorted({w.namespace for w in inventory.workloads}), start, end)

@@ -54,3 +54,25 @@ def chunks(grid: GridRange, max_points: int) -> list[GridRange]:
         first = grid.first_s + offset * grid.step_s
         out.append(GridRange(first_s=first, last_s=first + (count - 1) * grid.step_s, step_s=grid.step_s))
     return out
+
+
+def split_grid(grid: GridRange, *, full_resolution_s: float, summary_step_s: float,
+               ) -> tuple[GridRange | None, GridRange | None]:
+    """``grid`` as (full-resolution part, summary part) for a ``HistoryPlan``: the grid times younger than
+    ``full_resolution_s`` before ``grid.last_s`` stay, the older ones give way to one time per
+    ``summary_step_s`` (a whole multiple of the step, else nothing is summarized). Summary times sit one step
+    before a multiple of the summary step (``k * summary - step``), so a summary at ``t`` covers exactly the
+    grid times ``t - summary + step .. t`` of full resolution, which share one slot ``floor(t / summary)``:
+    the hour maxima a strategy keeps per slot come out the same either way. The first summary is the first
+    such time at or after ``grid.first_s``: it may reach up to ``summary - step`` before the pass's range
+    (a little more history, never a gap). Returns (``grid``, None) when nothing is old enough."""
+    step = grid.step_s
+    ratio = summary_step_s / step
+    if math.isinf(full_resolution_s) or ratio <= 1 or abs(ratio - round(ratio)) > 1e-9:
+        return grid, None
+    cut = math.floor((grid.last_s - full_resolution_s + step) / summary_step_s) * summary_step_s - step
+    first = math.ceil((grid.first_s + step) / summary_step_s) * summary_step_s - step
+    if cut < first:
+        return grid, None
+    coarse = GridRange(first_s=float(first), last_s=float(cut), step_s=float(summary_step_s))
+    return GridRange(first_s=float(cut + step), last_s=grid.last_s, step_s=step), coarse

@@ -12,6 +12,11 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
    it is above zero); then, only for a scope with containers whose OOM counter is above zero, their counter
    per chunk, plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
 
+A strategy's ``HistoryPlan`` (``plan``) splits the pass in time (``grid.split_grid``): the part older than
+its full-resolution window is read as one summary per hour (the mean CPU rate over the hour, the peak working
+set, the throttled share over the hour, the OOM counter at hourly steps), a twelfth of the points at a
+5-minute step; its samples come back as each batch's ``summary``. Its chunks are counted in C below.
+
 So requests = 1 + S x (4 + 3 C) + C x (scopes with an OOM counter above zero) + 2 x (chunks with an OOM
 kill), with S = scopes and C = chunks, and no term in the number of workloads or pods. Without
 ``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill), every counter at every step.
@@ -37,16 +42,17 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import requests
 from prometheus_client import CollectorRegistry
 
-from recommender.model.types import ContainerKey, OomKill, Samples, UsageBatch
+from recommender.model.types import ContainerKey, HistoryPlan, OomKill, Samples, UsageBatch
 from recommender.sources import promql
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import PartialSourceError, PermanentSourceError, TemporarySourceError
-from recommender.sources.grid import GridRange, aligned_range, chunks
+from recommender.sources.grid import GridRange, aligned_range, chunks, split_grid
 from recommender.sources.owners import OwnerIndex
 from recommender.sources.samples import (
     PodKey,
@@ -58,6 +64,7 @@ from recommender.sources.samples import (
     parse_matrix,
     parse_vector_labels,
     value_at,
+    with_summaries,
 )
 from recommender.sources.transport import Fetched, Form, SourceMetrics, Transport
 
@@ -98,8 +105,11 @@ class PrometheusSource:
     """Reads usage history from a Prometheus HTTP API; see the module docstring for the request budget."""
 
     def __init__(self, config: PrometheusConfig, *, registry: CollectorRegistry,
-                 session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep,
+                 plan: HistoryPlan | None = None) -> None:
         self.config = config
+        self.plan = plan or HistoryPlan()
+        """What the strategy weighs by age (``Strategy.history_plan``); the default reads all at the step."""
         self.metrics = SourceMetrics(registry)
         self._transport = Transport(config, self.metrics, session=session, sleep=sleep)
 
@@ -124,22 +134,33 @@ class PrometheusSource:
         if grid is None or not names:
             return {}
         sent_before = self.request_count
+        fine, coarse = split_grid(grid, full_resolution_s=self.plan.full_resolution_s,
+                                  summary_step_s=self.plan.summary_step_s)
         usage: dict[PodKey, PodUsage] = {}
+        summarized: dict[PodKey, PodUsage] = {}
         dropped: Counter[str] = Counter()
         in_flight = self.config.requests_in_flight
         with _gc_paused(), ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="prometheus-fetch") as pool:
             wire = _Wire(self._transport, pool, in_flight)
             scopes, listed = self._plan(wire, names, grid)
-            parts = chunks(grid, self._chunk_points(scopes, listed))
-            owners, failed, error = self._read_scopes(wire, scopes, grid, parts, usage, dropped)
+            points = self._chunk_points(scopes, listed)
+            parts = [] if coarse is None else [_Part(c, coarse.step_s, summarized) for c in chunks(coarse, points)]
+            if fine is not None:
+                parts += [_Part(c, self.config.cpu_rate_window_s, usage) for c in chunks(fine, points)]
+            owners, failed, error = self._read_scopes(wire, scopes, grid, parts, dropped)
         if error is not None and failed >= set(names):
             raise error
         usage = {k: u for k, u in usage.items() if k[0] not in failed}  # nothing from a half-read namespace
-        self._report(dropped, usage, owners, {k for k in listed if k[0] not in failed})
-        batches = build_batches(usage, owners, cpu_interval_s=float(self.config.step_s),
-                                memory_interval_s=float(self.config.step_s))
+        summarized = {k: u for k, u in summarized.items() if k[0] not in failed}
+        self._report(dropped, {**summarized, **usage}, owners, {k for k in listed if k[0] not in failed})
+        step = float(self.config.step_s)
+        batches = build_batches(usage, owners, cpu_interval_s=step, memory_interval_s=step)
+        if coarse is not None:
+            batches = with_summaries(batches, build_batches(summarized, owners, cpu_interval_s=coarse.step_s,
+                                                            memory_interval_s=coarse.step_s), step_s=step)
         log.info("usage history read", extra={
             "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),
+            "summary_steps": 0 if coarse is None else coarse.points,
             "requests": self.request_count - sent_before, "start_s": grid.first_s, "end_s": grid.last_s,
             "failed_namespaces": len(failed), **{f"dropped_{reason}": n for reason, n in dropped.items()}})
         if error is not None:
@@ -148,9 +169,8 @@ class PrometheusSource:
                                      status=error.status)
         return batches
 
-    def _read_scopes(self, wire: _Wire, scopes: list[promql.Scope], grid: GridRange, parts: list[GridRange],
-                     usage: dict[PodKey, PodUsage], dropped: Counter[str],
-                     ) -> tuple[OwnerIndex, set[str], TemporarySourceError | None]:
+    def _read_scopes(self, wire: _Wire, scopes: list[promql.Scope], grid: GridRange, parts: list[_Part],
+                     dropped: Counter[str]) -> tuple[OwnerIndex, set[str], TemporarySourceError | None]:
         """Reads every scope; a scope still failing after retries marks its namespaces failed and the pass
         goes on with the others (their data stays usable). A permanent error stops the pass."""
         owners, failed, first_error = OwnerIndex(), set[str](), None
@@ -158,7 +178,7 @@ class PrometheusSource:
             if failed.issuperset(scope.namespaces):
                 continue  # another page of a namespace already lost: spare a struggling backend
             try:
-                scope_owners = self._read_scope(wire, scope, grid, parts, usage, dropped)
+                scope_owners = self._read_scope(wire, scope, grid, parts, dropped)
             except TemporarySourceError as err:
                 failed.update(scope.namespaces)
                 first_error = first_error or err
@@ -216,8 +236,8 @@ class PrometheusSource:
         return plan_scopes(count_containers(label_sets), self.config.max_series_per_query,
                            self.config.cluster), listed
 
-    def _read_scope(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[GridRange],
-                    usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> OwnerIndex:
+    def _read_scope(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[_Part],
+                    dropped: Counter[str]) -> OwnerIndex:
         """The scope's three owner queries (and, with sparse signals, the query for containers whose OOM
         counter is above zero), then three or four range queries per chunk, each sent while the answer before
         it is decoded; then the OOM counters of the containers that can show an OOM kill, and the follow-ups
@@ -230,31 +250,31 @@ class PrometheusSource:
         if sparse:
             instant.append(promql.oom_seen_query(scope, grid.last_s - grid.first_s + grid.step_s + _OOM_SEEN_MARGIN_S))
         todo = [self._form("query", [("query", q), *at]) for q in instant]
-        window = self.config.cpu_rate_window_s
-        for chunk in parts:
-            todo += [self._range_form(promql.cpu_query(scope, window), chunk),
-                     self._range_form(promql.memory_peak_query(scope, chunk.step_s), chunk),
-                     self._range_form(promql.throttle_query(scope, window, sparse=sparse), chunk)]
+        for part in parts:
+            todo += [self._range_form(promql.cpu_query(scope, part.window_s), part.chunk),
+                     self._range_form(promql.memory_peak_query(scope, part.chunk.step_s), part.chunk),
+                     self._range_form(promql.throttle_query(scope, part.window_s, sparse=sparse), part.chunk)]
             if not sparse:
-                todo.append(self._oom_form(scope, chunk))
+                todo.append(self._oom_form(scope, part.chunk))
         answers = wire.ahead(todo)
         owners = OwnerIndex.from_rows(self._labels(next(answers)), self._labels(next(answers)),
                                       self._labels(next(answers)))
         seen = self._oom_seen(next(answers)) if sparse else None
-        for chunk in parts:
+        for part in parts:
             for field_name in ("cpu", "memory", "throttle"):
-                for series in self._matrix(next(answers), chunk):
+                for series in self._matrix(next(answers), part.chunk):
                     clean = drop_invalid(series, dropped)
                     if len(clean.values):
-                        getattr(usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
+                        getattr(part.usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
                             Samples(timestamps_s=clean.timestamps_s, values=clean.values))
             if not sparse:
-                self._read_ooms(wire, scope, chunk, next(answers), None, usage, dropped)
+                self._read_ooms(wire, scope, part, next(answers), None, dropped)
         if seen:
             narrow = promql.Scope(namespaces=tuple(sorted({k[0] for k in seen})),
                                   pods=tuple(sorted({k[1] for k in seen})), cluster=scope.cluster)
-            for chunk, fetched in zip(parts, wire.ahead([self._oom_form(narrow, c) for c in parts]), strict=True):
-                self._read_ooms(wire, narrow, chunk, fetched, seen, usage, dropped)
+            answers = wire.ahead([self._oom_form(narrow, p.chunk) for p in parts])
+            for part, fetched in zip(parts, answers, strict=True):
+                self._read_ooms(wire, narrow, part, fetched, seen, dropped)
         return owners
 
     def _oom_form(self, scope: promql.Scope, chunk: GridRange) -> tuple[str, Form]:
@@ -264,10 +284,11 @@ class PrometheusSource:
         """The containers of an ``oom_seen_query`` answer."""
         return {(d.get("namespace", ""), d.get("pod", ""), d.get("container", "")) for d in self._labels(fetched)}
 
-    def _read_ooms(self, wire: _Wire, scope: promql.Scope, chunk: GridRange, fetched: Fetched,
-                   only: set[PodKey] | None, usage: dict[PodKey, PodUsage], dropped: Counter[str]) -> None:
+    def _read_ooms(self, wire: _Wire, scope: promql.Scope, part: _Part, fetched: Fetched,
+                   only: set[PodKey] | None, dropped: Counter[str]) -> None:
         """The OOM kills of one chunk's counter answer (of ``only`` those containers, when given: the narrowed
         query's pod and namespace matchers can also match a pod of another scope)."""
+        chunk = part.chunk
         baseline_s = chunk.first_s - chunk.step_s
         events: dict[PodKey, list[tuple[float, int]]] = {}
         with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
@@ -278,7 +299,7 @@ class PrometheusSource:
             if found:
                 events[series.pod_key] = found
         if events:
-            self._record_ooms(wire, scope, chunk, events, usage, dropped)
+            self._record_ooms(wire, scope, chunk, events, part.usage, dropped)
 
     def _record_ooms(self, wire: _Wire, scope: promql.Scope, chunk: GridRange,
                      events: dict[PodKey, list[tuple[float, int]]], usage: dict[PodKey, PodUsage],
@@ -311,6 +332,16 @@ class PrometheusSource:
         if orphans:
             log.info("pods without owner series keyed as kind Pod",
                      extra={"pods": len(orphans), "reason": "no kube_pod_owner series in the window"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One time chunk of a pass: its grid, the CPU rate window its queries use, and where its samples go
+    (the full-resolution usage or the summaries')."""
+
+    chunk: GridRange
+    window_s: float
+    usage: dict[PodKey, PodUsage]
 
 
 class _Wire:

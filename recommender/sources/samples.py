@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -187,3 +187,15 @@ def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_inte
         out[key] = UsageBatch(cpu_cores=cpu, cpu_interval_s=cpu_interval_s, memory_peak_bytes=memory,
                               memory_interval_s=memory_interval_s, oom_kills=ooms, cpu_throttled_fraction=throttle)
     return out
+
+
+def with_summaries(batches: dict[ContainerKey, UsageBatch], summaries: dict[ContainerKey, UsageBatch], *,
+                   step_s: float) -> dict[ContainerKey, UsageBatch]:
+    """Each key's full-resolution batch with its older history as ``summary`` (a key seen only in the summaries
+    gets an empty full-resolution batch at ``step_s``)."""
+    out = dict(batches)
+    for key, summary in summaries.items():
+        batch = out.get(key) or UsageBatch(cpu_cores=Samples.empty(), cpu_interval_s=step_s,
+                                           memory_peak_bytes=Samples.empty(), memory_interval_s=step_s)
+        out[key] = replace(batch, summary=summary)
+    return dict(sorted(out.items()))

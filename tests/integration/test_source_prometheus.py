@@ -279,6 +279,56 @@ def test_sparse_signals_change_no_recommendation(world: World) -> None:
             assert recs[0] == recs[1], (name, key)
 
 
+def _within_a_bucket(a: int | None, b: int | None, ratio: float, unit: int) -> bool:
+    """``a`` and ``b`` no further apart than one bucket of a histogram whose buckets grow by ``ratio`` (and one
+    unit of rounding)."""
+    if a is None or b is None:
+        return a == b
+    return abs(a - b) <= max(a, b) * (ratio - 1.0) + unit
+
+
+def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None:
+    """The same history read at full resolution and as each strategy's ``HistoryPlan`` asks (hourly summaries
+    beyond six CPU half-lives; half-lives of 3 h here so that most of 2.5 days is summarized): the hour
+    maxima of memory are the same, the planned read returns about a third of the points, and no strategy's target or
+    bound moves by more than one histogram bucket for any container."""
+    start, end = world.now_s - 2.5 * 86400, world.now_s
+    namespaces = [world.shop, world.solo, world.oom]
+    full = _source(world.url).history(namespaces, start, end)
+    current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=256 * MI),
+                               limits=Resources(cpu_millicores=700, memory_bytes=512 * MI))
+    strategies = {"podtailor": (get_strategy("podtailor", cpu_half_life_s=3 * 3600.0), 1.02),
+                  "vpa": (get_strategy("vpa", cpu_half_life_s=3 * 3600.0), 1.05),
+                  "krr-simple": (get_strategy("krr-simple"), 1.01)}
+    for name, (strategy, ratio) in strategies.items():
+        plan = strategy.history_plan()
+        source = PrometheusSource(_source(world.url).config, registry=CollectorRegistry(), plan=plan)
+        planned = source.history(namespaces, start, end)
+        assert set(planned) == set(full) and len(full) == 5
+        if plan.full:  # krr-simple weighs its 14 days alike: all of it at full resolution
+            assert name == "krr-simple" and all(b.summary is None for b in planned.values())
+        points = sum(len(b.cpu_cores) + len(b.summary.cpu_cores if b.summary else ()) for b in planned.values())
+        for key, dense in full.items():
+            got = planned[key]
+            if not plan.full:
+                assert got.summary is not None and got.summary.cpu_interval_s == 3600.0
+                assert got.cpu_cores.timestamps_s[0] > end - plan.full_resolution_s - 3600.0
+                assert sum(len(k.oom_kills) for k in (got, got.summary)) == len(dense.oom_kills)
+            states = [strategy.new_state() for _ in range(2)]
+            states[0].add(dense)
+            states[1].add(got)
+            if name == "podtailor":  # one peak per hour, both ways (the first hour may reach before the start)
+                maxima = [dict(sorted(s.memory_max.maxima.items())[1:]) for s in states]  # type: ignore[attr-defined]
+                assert maxima[0] == maxima[1], key
+            recs = [strategy.recommend(s, now_s=end, policy=ContainerPolicy(), current=current) for s in states]
+            for field_name in ("uncapped_target", "lower_bound", "upper_bound"):
+                a, b = getattr(recs[0], field_name), getattr(recs[1], field_name)
+                assert _within_a_bucket(a.cpu_millicores, b.cpu_millicores, ratio, 1), (name, key, field_name, a, b)
+                assert _within_a_bucket(a.memory_bytes, b.memory_bytes, ratio, MI), (name, key, field_name, a, b)
+        if not plan.full:
+            assert points < 0.4 * sum(len(b.cpu_cores) for b in full.values()), (name, points)
+
+
 def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     registry = CollectorRegistry()

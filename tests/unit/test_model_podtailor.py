@@ -484,3 +484,49 @@ def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> N
 def test_the_prices_must_be_finite_and_not_negative(name: str, bad: float) -> None:
     with pytest.raises(ValueError, match=name):
         get_strategy("podtailor", **{name: bad})
+
+
+# ------------------------------------------------------------------------------------- summaries (#22)
+def _usage(ts: np.ndarray, cpu: np.ndarray, interval: float, summary: UsageBatch | None = None) -> UsageBatch:
+    return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=cpu), cpu_interval_s=interval,
+                      memory_peak_bytes=Samples(timestamps_s=ts, values=cpu * 2**30), memory_interval_s=interval,
+                      summary=summary)
+
+
+@pytest.mark.parametrize("name", ["podtailor", "vpa", "krr-simple"])
+def test_a_summary_sample_weighs_the_steps_it_stands_for(name: str) -> None:
+    """An hourly summary of CPU equal to its 12 five-minute steps folds into the histograms as those 12 steps
+    at its time would: the same recommendation and, for VPA, the same sample count."""
+    rng = np.random.default_rng(7)
+    t0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
+    hours = rng.uniform(0.1, 2.0, 48)
+    fine_ts = t0 + 48 * 3600 + 300 * np.arange(1, 289)
+    fine = rng.uniform(0.1, 2.0, fine_ts.size)
+    hour_ts = t0 + 3600 * np.arange(1, 49) - 300
+    strategy = get_strategy(name)
+    summarized, repeated = strategy.new_state(), strategy.new_state()
+    summarized.add(_usage(fine_ts, fine, 300.0, summary=_usage(hour_ts, hours, 3600.0)))
+    repeated.add(_usage(np.repeat(hour_ts, 12), np.repeat(hours, 12), 300.0))
+    repeated.add(_usage(fine_ts, fine, 300.0))
+    current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=2**30),
+                               limits=Resources(cpu_millicores=1000, memory_bytes=2**31))
+    recs = [strategy.recommend(s, now_s=float(fine_ts[-1]), policy=ContainerPolicy(), current=current)
+            for s in (summarized, repeated)]
+    assert recs[0] == recs[1] and recs[0].target.cpu_millicores is not None
+    if name == "vpa":
+        assert summarized.total_samples == repeated.total_samples == 48 * 12 + 288  # type: ignore[attr-defined]
+
+
+def test_a_summary_may_not_hold_a_summary() -> None:
+    ts, one = np.array([1.0]), np.array([1.0])
+    nested = _usage(ts + 10, one, 300.0, summary=_usage(ts, one, 3600.0, summary=_usage(ts - 1, one, 3600.0)))
+    with pytest.raises(ValueError, match="summary"):
+        get_strategy("podtailor").new_state().add(nested)
+
+
+def test_history_plans_follow_each_strategys_half_life() -> None:
+    assert get_strategy("podtailor").history_plan().full_resolution_s == 3 * 86400
+    assert get_strategy("podtailor", cpu_half_life_s=3600.0, cpu_fast_half_life_s=7200.0
+                        ).history_plan().full_resolution_s == 12 * 3600
+    assert get_strategy("vpa").history_plan().full_resolution_s == 6 * 86400
+    assert get_strategy("krr-simple").history_plan().full  # an unweighted 14-day percentile: all of it

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.model.types import ContainerKey, OomKill, Samples
+from recommender.model.types import ContainerKey, OomKill, Samples, UsageBatch
 from recommender.sources.batching import count_containers, plan_scopes
-from recommender.sources.grid import GridRange, aligned_range, chunks
+from recommender.sources.grid import GridRange, aligned_range, chunks, split_grid
 from recommender.sources.owners import OwnerIndex, Workload
 from recommender.sources.samples import (
     PodUsage,
@@ -22,6 +22,7 @@ from recommender.sources.samples import (
     oom_increments,
     parse_matrix,
     value_at,
+    with_summaries,
 )
 
 T0 = 1_700_000_040.0  # a multiple of 60
@@ -68,6 +69,60 @@ def test_chunks_cover_the_range_once(points: int, max_points: int) -> None:
     assert all(p.points <= max_points for p in parts)
     assert sum(p.points for p in parts) == points
     assert all(x.last_s + 60 == y.first_s for x, y in itertools.pairwise(parts))
+
+
+def test_split_grid_summarizes_only_what_is_older_than_the_full_resolution_window() -> None:
+    grid = aligned_range(T0, T0 + 3 * 86400, 300)
+    assert grid is not None
+    fine, coarse = split_grid(grid, full_resolution_s=86400.0, summary_step_s=3600.0)
+    assert fine is not None and coarse is not None
+    assert coarse.step_s == 3600 and fine.step_s == 300
+    # Summary times sit one step before whole hours, so each covers the 12 steps of one hour slot...
+    assert (coarse.first_s + 300) % 3600 == 0 and (coarse.last_s + 300) % 3600 == 0
+    # ... the full-resolution part starts at the next step and reaches back at least the window...
+    assert fine.first_s == coarse.last_s + 300 and fine.last_s == grid.last_s
+    assert grid.last_s - fine.first_s >= 86400 - 300
+    assert grid.last_s - fine.first_s < 86400 + 3600
+    # ... and the first summary starts inside the pass: no gap, less than an hour of history before it.
+    assert grid.first_s <= coarse.first_s < grid.first_s + 3600
+
+
+@given(st.floats(0, 1e6), st.floats(3600, 20 * 86400), st.floats(600, 5 * 86400), st.sampled_from([60, 300, 900]))
+def test_split_grid_covers_every_step_once(start: float, length: float, window: float, step: int) -> None:
+    grid = aligned_range(T0 + start, T0 + start + length, step)
+    assert grid is not None
+    fine, coarse = split_grid(grid, full_resolution_s=window, summary_step_s=3600.0)
+    if coarse is None:
+        assert fine == grid
+        return
+    assert fine is not None
+    covered = [coarse.first_s - 3600 + step * (k + 1) for k in range(coarse.points * 3600 // step)]
+    covered += [fine.first_s + k * step for k in range(fine.points)]
+    assert covered == sorted(set(covered))  # each step of the pass once, in order, no gap
+    assert covered[-1] == grid.last_s and covered[0] <= grid.first_s and grid.first_s - covered[0] < 3600
+    assert fine.last_s - fine.first_s + step >= window
+
+
+def test_split_grid_keeps_everything_when_the_plan_cannot_summarize() -> None:
+    grid = aligned_range(T0, T0 + 3 * 86400, 300)
+    assert grid is not None
+    assert split_grid(grid, full_resolution_s=float("inf"), summary_step_s=3600.0) == (grid, None)
+    assert split_grid(grid, full_resolution_s=86400.0, summary_step_s=1000.0) == (grid, None)  # not whole steps
+    assert split_grid(grid, full_resolution_s=86400.0, summary_step_s=300.0) == (grid, None)
+    assert split_grid(grid, full_resolution_s=4 * 86400.0, summary_step_s=3600.0) == (grid, None)
+
+
+def test_with_summaries_attaches_older_history_and_keeps_summary_only_keys() -> None:
+    def batch(ts: list[float], interval: float) -> UsageBatch:
+        samples = Samples(timestamps_s=np.array(ts), values=np.ones(len(ts)))
+        return UsageBatch(cpu_cores=samples, cpu_interval_s=interval, memory_peak_bytes=samples,
+                          memory_interval_s=interval)
+
+    a, b = (ContainerKey(namespace="ns", workload_kind="Deployment", workload_name=n, container="c") for n in "ab")
+    out = with_summaries({a: batch([T0 + 300], 300)}, {a: batch([T0], 3600), b: batch([T0], 3600)}, step_s=300)
+    assert list(out) == [a, b]
+    assert out[a].summary is not None and out[a].summary.cpu_interval_s == 3600 and len(out[a].cpu_cores) == 1
+    assert out[b].summary is not None and len(out[b].cpu_cores) == 0 and out[b].cpu_interval_s == 300
 
 
 # ---------------------------------------------------------------------------------------------- owners
