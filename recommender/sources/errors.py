@@ -30,6 +30,14 @@ class PermanentSourceError(SourceError):
     """The request itself is wrong (4xx, auth, TLS, not Prometheus): fix the configuration or the query."""
 
 
+class QueryTooLargeError(PermanentSourceError):
+    """The backend refused one query as too big for it: Prometheus's ``--query.max-samples`` (422, "query
+    processing would load too many samples into memory") or its ``--query.timeout`` (503, errorType
+    ``timeout``). The same query again cannot succeed, but the same range in shorter time chunks can: the
+    source splits and reads again (``PrometheusSource``), and raises this only when the pieces are as small
+    as it will make them."""
+
+
 class PartialSourceError(TemporarySourceError):
     """Some namespaces could not be read (their queries still failed after retries); the others were read in
     full. ``batches`` holds only keys of namespaces read completely, so no target is computed from a

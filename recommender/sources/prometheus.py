@@ -51,7 +51,13 @@ from recommender.model.types import ContainerKey, HistoryPlan, OomKill, Samples,
 from recommender.sources import promql
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.config import PrometheusConfig
-from recommender.sources.errors import PartialSourceError, PermanentSourceError, TemporarySourceError
+from recommender.sources.errors import (
+    PartialSourceError,
+    PermanentSourceError,
+    QueryTooLargeError,
+    SourceError,
+    TemporarySourceError,
+)
 from recommender.sources.grid import GridRange, aligned_range, chunks, split_grid
 from recommender.sources.owners import OwnerIndex
 from recommender.sources.samples import (
@@ -170,16 +176,18 @@ class PrometheusSource:
         return batches
 
     def _read_scopes(self, wire: _Wire, scopes: list[promql.Scope], grid: GridRange, parts: list[_Part],
-                     dropped: Counter[str]) -> tuple[OwnerIndex, set[str], TemporarySourceError | None]:
-        """Reads every scope; a scope still failing after retries marks its namespaces failed and the pass
-        goes on with the others (their data stays usable). A permanent error stops the pass."""
-        owners, failed, first_error = OwnerIndex(), set[str](), None
+                     dropped: Counter[str]) -> tuple[OwnerIndex, set[str], SourceError | None]:
+        """Reads every scope; a scope still failing after retries (or too big for the backend in the smallest
+        pieces) marks its namespaces failed and the pass goes on with the others (their data stays usable).
+        Any other permanent error stops the pass."""
+        owners, failed = OwnerIndex(), set[str]()
+        first_error: SourceError | None = None
         for scope in scopes:
             if failed.issuperset(scope.namespaces):
                 continue  # another page of a namespace already lost: spare a struggling backend
             try:
-                scope_owners = self._read_scope(wire, scope, grid, parts, dropped)
-            except TemporarySourceError as err:
+                scope_owners = self._read_scope_fitting(wire, scope, grid, parts, dropped)
+            except (TemporarySourceError, QueryTooLargeError) as err:
                 failed.update(scope.namespaces)
                 first_error = first_error or err
                 log.warning("namespaces unread in this pass; their recommendations stay as they are",
@@ -277,6 +285,25 @@ class PrometheusSource:
                 self._read_ooms(wire, narrow, part, fetched, seen, dropped)
         return owners
 
+    def _read_scope_fitting(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[_Part],
+                            dropped: Counter[str]) -> OwnerIndex:
+        """``_read_scope``, again in time chunks of half the length each time the backend answers that a range
+        query is too big (``QueryTooLargeError``: ``--query.max-samples`` or ``--query.timeout``), at most
+        ``_MAX_SPLITS`` times; what the refused attempt had read of the scope is dropped first, so nothing is
+        counted twice."""
+        for splits in range(_MAX_SPLITS + 1):
+            try:
+                return self._read_scope(wire, scope, grid, parts, dropped)
+            except QueryTooLargeError as err:
+                smaller = _halved(parts)
+                if err.endpoint != "query_range" or splits == _MAX_SPLITS or len(smaller) == len(parts):
+                    raise
+                _forget(scope, parts)
+                log.warning("query too big for the backend; reading the scope again in shorter time chunks",
+                            extra={"namespaces": len(scope.namespaces), "chunks": len(smaller), "error": str(err)})
+                parts = smaller
+        raise AssertionError("unreachable")
+
     def _oom_form(self, scope: promql.Scope, chunk: GridRange) -> tuple[str, Form]:
         return self._range_form(promql.oom_events_query(scope), chunk, first_s=chunk.first_s - chunk.step_s)
 
@@ -342,6 +369,22 @@ class _Part:
     chunk: GridRange
     window_s: float
     usage: dict[PodKey, PodUsage]
+
+
+_MAX_SPLITS = 6
+"""Halvings of a scope's time chunks after "too big" answers: up to 64 times as many, shorter queries."""
+
+
+def _halved(parts: list[_Part]) -> list[_Part]:
+    """Each part of two grid points or more as two parts of half its length (same window, same sink)."""
+    return [_Part(c, p.window_s, p.usage) for p in parts for c in chunks(p.chunk, max(1, (p.chunk.points + 1) // 2))]
+
+
+def _forget(scope: promql.Scope, parts: list[_Part]) -> None:
+    """Drop what a failed attempt read of ``scope`` (its namespaces and, for a page, its pods)."""
+    for usage in {id(p.usage): p.usage for p in parts}.values():
+        for key in [k for k in usage if k[0] in scope.namespaces and (not scope.pods or k[1] in scope.pods)]:
+            del usage[key]
 
 
 class _Wire:

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from urllib3.util.retry import Retry
 
 from recommender.sources.config import PrometheusConfig
-from recommender.sources.errors import PermanentSourceError, SourceError, TemporarySourceError
+from recommender.sources.errors import PermanentSourceError, QueryTooLargeError, SourceError, TemporarySourceError
 
 log = logging.getLogger(__name__)
 _TEMPORARY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -44,6 +44,10 @@ _STORE_FAILURE = re.compile(r"^execution: .*rpc error: code = (Unavailable|Abort
                             r"ResourceExhausted)")
 """Thanos Query's answer (422, errorType ``execution``) when a store it asked failed and partial responses are
 off: the store's gRPC status is in the text. The store is down or overloaded, not the query wrong: temporary."""
+_NEVER = re.compile(r"(?!)")
+_TOO_LARGE = {422: re.compile(r"^execution: .*too many samples"), 503: re.compile(r"^timeout: ")}
+"""Answers that say the query is too big to run as it is (web/api/v1/api.go, ``respondError``: errorExec is 422,
+errorTimeout 503; the limit's message is promql's ``ErrTooManySamples``): not retried, split by the source."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +145,8 @@ class Transport:
             status, text = response.status_code, _error_text(response)
             temporary = status in _TEMPORARY_STATUS or (status == 422 and _STORE_FAILURE.search(text) is not None)
             kind = TemporarySourceError if temporary else PermanentSourceError
+            if _TOO_LARGE.get(status, _NEVER).search(text) is not None:
+                kind = QueryTooLargeError
             raise kind(f"prometheus answered {status}: {text}", endpoint=endpoint, status=status) from err
         return response.status_code, response.content
 

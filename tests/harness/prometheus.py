@@ -40,6 +40,7 @@ class LocalPrometheus:
         retention: str = "60d",
         detached: bool = False,
         external_labels: Mapping[str, str] | None = None,
+        extra_flags: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir.resolve()
         self.targets = list(targets)
@@ -47,6 +48,8 @@ class LocalPrometheus:
         self.retention = retention
         self.detached = detached
         self.external_labels = dict(external_labels or {})
+        self.extra_flags = list(extra_flags)
+        """More server flags, e.g. ``--query.max-samples=5000`` for a backend that refuses big queries."""
         self.port = 0
         self.proc: Managed | None = None
 
@@ -87,7 +90,7 @@ class LocalPrometheus:
             _binary("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={self.tsdb}",
             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
             "--web.enable-admin-api", f"--storage.tsdb.retention.time={self.retention}", "--log.level=warn",
-            "--query.lookback-delta=5m",
+            "--query.lookback-delta=5m", *self.extra_flags,
         ]
         self.proc = Managed(name="prometheus", argv=argv, log_path=self.workdir / "prometheus.log",
                             detached=self.detached)

@@ -29,7 +29,7 @@ from podtailor.resources import CurrentResources, Resources
 from recommender.backtest.cli import run_backtest
 from recommender.model.registry import STRATEGIES, get_strategy
 from recommender.model.types import ContainerKey, ContainerPolicy, UsageBatch
-from recommender.sources.errors import TemporarySourceError
+from recommender.sources.errors import QueryTooLargeError, TemporarySourceError
 from recommender.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.harness.prometheus import LocalPrometheus
 from tests.nodesim.openmetrics import ExportContainer, compute_history, time_grid, write_openmetrics
@@ -327,6 +327,41 @@ def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None
                 assert _within_a_bucket(a.memory_bytes, b.memory_bytes, ratio, MI), (name, key, field_name, a, b)
         if not plan.full:
             assert points < 0.4 * sum(len(b.cpu_cores) for b in full.values()), (name, points)
+
+
+def test_queries_too_big_for_the_backend_are_read_in_shorter_chunks(
+        world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A Prometheus whose --query.max-samples refuses the shop's range queries over two days at a 60 s step
+    (5 pods x 2,880 steps; its instant queries load at most one series' 2 days at a time, under the limit):
+    the source halves its time chunks until the answers fit and reads exactly what an unlimited Prometheus
+    gives for the same history. Under a limit below one series' two days, the instant owner queries (which a
+    time split cannot shrink) are refused: the pass fails with the backend's reason, no batches."""
+    path = tmp_path / "shop.om"
+    with path.open("w") as out:
+        write_openmetrics(out, [c for c in world.containers if c.namespace == world.shop], now_s=world.now_s,
+                          days=DAYS, step_s=GRID_S)
+    start, end = world.now_s - 2 * 86400, world.now_s
+    expected = _source(world.url, step_s=60).history([world.shop], start, end)
+    for limit, fits in ((6000, True), (2500, False)):
+        strict = LocalPrometheus(tmp_path / f"strict-{limit}", extra_flags=[f"--query.max-samples={limit}"])
+        strict.backfill(path)
+        strict.start()
+        try:
+            source = _source(strict.url, step_s=60)
+            if not fits:
+                with pytest.raises(QueryTooLargeError, match="too many samples"):
+                    source.history([world.shop], start, end)
+                continue
+            got = source.history([world.shop], start, end)
+        finally:
+            strict.stop()
+        assert set(got) == set(expected) and len(got) == 3
+        for key, batch in expected.items():
+            for name in ("cpu_cores", "memory_peak_bytes", "cpu_throttled_fraction"):
+                a, b = getattr(batch, name), getattr(got[key], name)
+                assert np.array_equal(a.timestamps_s, b.timestamps_s) and np.array_equal(a.values, b.values), name
+        splits = [r for r in caplog.records if r.getMessage().startswith("query too big for the backend")]
+        assert splits and splits[-1].chunks >= 4  # type: ignore[attr-defined]
 
 
 def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,

@@ -20,7 +20,7 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from recommender.sources.config import PrometheusConfig
-from recommender.sources.errors import PermanentSourceError, TemporarySourceError
+from recommender.sources.errors import PermanentSourceError, QueryTooLargeError, TemporarySourceError
 from recommender.sources.transport import Fetched, SourceMetrics, Transport
 
 Reply = tuple[int, object, dict[str, str]]
@@ -145,6 +145,25 @@ def test_a_thanos_store_failure_is_temporary_but_other_execution_errors_are_not(
     with pytest.raises(PermanentSourceError, match="too many samples") as caught:
         transport.post("query", [("query", "up")])
     assert caught.value.status == 422 and len(sleeps) == 2
+
+
+def test_too_big_answers_are_told_apart_and_not_retried(server: tuple[str, Script]) -> None:
+    """Prometheus's --query.max-samples (422 execution) and --query.timeout (503 timeout) answers are
+    QueryTooLargeError at once (the source splits the query); a 503 for anything else stays temporary."""
+    url, script = server
+    transport, _, sleeps = _transport(url)
+    too_many = {"status": "error", "errorType": "execution",
+                "error": "query processing would load too many samples into memory in query execution"}
+    timed_out = {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"}
+    for status, body in ((422, too_many), (503, timed_out)):
+        script.responses = [(status, body, {})]
+        with pytest.raises(QueryTooLargeError) as caught:
+            transport.post("query_range", [("query", "up")])
+        assert caught.value.status == status and caught.value.endpoint == "query_range" and sleeps == []
+    unavailable = {"status": "error", "errorType": "unavailable", "error": "TSDB not ready"}
+    script.responses = [(503, unavailable, {}), OK]
+    assert transport.post("query", [("query", "up")]) == OK[1]["data"]  # type: ignore[index]
+    assert len(sleeps) == 1
 
 
 def test_non_prometheus_answers_are_permanent(server: tuple[str, Script]) -> None:
