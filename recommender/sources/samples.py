@@ -17,6 +17,7 @@ import numpy as np
 
 from recommender.model.types import ContainerKey, FloatArray, OomKill, Samples, UsageBatch
 from recommender.sources.grid import GridRange
+from recommender.sources.matrix import DecodedSeries
 from recommender.sources.owners import OwnerIndex
 
 PodKey = tuple[str, str, str]
@@ -61,6 +62,9 @@ def parse_matrix(result: object, grid: GridRange | None = None) -> list[Series]:
     full = None if grid is None else grid_times(grid)
     out = []
     for item in result:
+        if isinstance(item, DecodedSeries):
+            out.append(_decoded(item, grid, full))
+            continue
         labels = _labels(item)
         pairs = item.get("values")
         if not isinstance(pairs, list):
@@ -76,6 +80,20 @@ def parse_matrix(result: object, grid: GridRange | None = None) -> list[Series]:
             raise ValueError(f"malformed sample: {err}") from err
         out.append(Series(labels=labels, timestamps_s=ts, values=values))
     return out
+
+
+def _decoded(item: DecodedSeries, grid: GridRange | None, full: FloatArray | None) -> Series:
+    """A series the fast path decoded, its times replaced by the shared grid array when they are the grid."""
+    labels = _labels({"metric": item.metric})
+    try:
+        own = item.timestamps(grid.first_s, grid.last_s, grid.points) if grid is not None else item.timestamps()
+    except ValueError as err:
+        raise ValueError(f"malformed sample: {err}") from err
+    if own is None:  # on the full grid: the grid's shared array (computed whenever a grid is given)
+        if full is None:
+            raise ValueError("a series on the grid without the grid's times")
+        own = full
+    return Series(labels=labels, timestamps_s=own, values=item.values)
 
 
 def parse_vector_labels(result: object) -> list[dict[str, str]]:

@@ -32,6 +32,7 @@ from urllib3.util.retry import Retry
 
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import PermanentSourceError, QueryTooLargeError, SourceError, TemporarySourceError
+from recommender.sources.matrix import decode_series
 
 log = logging.getLogger(__name__)
 _TEMPORARY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -205,7 +206,9 @@ class Transport:
     def decode_result(self, fetched: Fetched, result_type: str) -> Iterator[Any]:
         """The items of ``data.result``, decoded one at a time, so a big range answer never exists as one
         decoded whole: each item can become arrays and be freed before the next is decoded (the decoded
-        JSON takes about 6 times the body's size). The envelope (status, resultType, warnings) is checked
+        JSON takes about 6 times the body's size). A matrix item of the plain shape comes as a
+        ``DecodedSeries``, its samples parsed straight into arrays (``matrix.decode_series``); others as JSON.
+        The envelope (status, resultType, warnings) is checked
         around the result array: before the first item when it comes first, as Prometheus writes it, and in
         any case once the array has been read (an error then is raised after the items). Bodies of another
         shape are decoded whole, the same checks applying."""
@@ -223,7 +226,8 @@ class Transport:
                 i = _SPACE.match(text, i).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
                 if text.startswith("]", i):
                     break
-                item, i = _DECODER.raw_decode(text, i)
+                fast = decode_series(text, i) if result_type == "matrix" else None
+                item, i = fast if fast is not None else _DECODER.raw_decode(text, i)
                 yield item
                 i = _SPACE.match(text, i).end()  # type: ignore[union-attr]
                 if text.startswith(",", i):

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import PermanentSourceError, QueryTooLargeError, TemporarySourceError
+from recommender.sources.matrix import DecodedSeries
 from recommender.sources.transport import Fetched, SourceMetrics, Transport
 
 Reply = tuple[int, object, dict[str, str]]
@@ -217,6 +218,16 @@ MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": [
     {"metric": {"pod": "b\u00e9"}, "values": [[1.0, "1e3"]]}]}}
 
 
+def _plain(item: object) -> tuple[object, str]:
+    """An item as (labels, repr of its float pairs), whether decoded as JSON or straight into arrays."""
+    if isinstance(item, DecodedSeries):
+        times = item.timestamps()
+        assert times is not None
+        return item.metric, repr(list(zip(times.tolist(), item.values.tolist(), strict=True)))
+    assert isinstance(item, dict)
+    return item["metric"], repr([(float(t), float(v)) for t, v in item["values"]])
+
+
 def _fetched(payload: object) -> Fetched:
     raw = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
     return Fetched(endpoint="query_range", status=200, body=raw, seconds=0.1)
@@ -231,8 +242,9 @@ def _fetched(payload: object) -> Fetched:
 def test_items_are_the_same_as_a_whole_decode(text: str) -> None:
     transport, registry, _ = _transport("http://127.0.0.1:1")
     lazy = transport.decode_result(_fetched(text), "matrix")
-    assert next(lazy) == MATRIX["data"]["result"][0]  # an item is handed over before the next is decoded
-    assert list(lazy) == MATRIX["data"]["result"][1:]
+    expected = [_plain(item) for item in MATRIX["data"]["result"]]
+    assert _plain(next(lazy)) == expected[0]  # an item is handed over before the next is decoded
+    assert [_plain(item) for item in lazy] == expected[1:]
     assert _count(registry, "query_range", "ok") == 1
     warned = registry.get_sample_value("podtailor_source_warnings_total", {"endpoint": "query_range"})
     assert warned == (1 if "warnings" in text else None)
