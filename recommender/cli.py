@@ -41,10 +41,11 @@ def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True, *, p
                    help="history resolution: one CPU and one memory-peak sample per step (default: 60s)")
     g.add_argument("--scrape-interval", type=duration_s, default=30.0, metavar="DURATION",
                    help="cAdvisor scrape interval; the CPU rate window is max(4 x this, step) (default: 30s)")
-    g.add_argument("--prometheus-requests-in-flight", type=int, default=1, metavar="N",
-                   help="queries of a pass sent at once, 1 to 16 (default: %(default)s: each after the one "
-                        "before, while its answer is decoded); more uses more of the backend's cores and holds up "
-                        "to N answers in memory; the number of queries stays the same")
+    g.add_argument("--prometheus-requests-in-flight", type=_in_flight, default=None, metavar="N|auto",
+                   help="queries of a pass sent at once, 1 to 16, or auto (the default): half the cores "
+                        "Prometheus reports on its runtimeinfo page, 1 to 4, and 1 for a backend without that page; "
+                        "at 1 each goes after the one before, while its answer is decoded; more uses more of the "
+                        "backend's cores and holds up to N answers in memory; the number of queries stays the same")
     if not plan:
         return
     g.add_argument("--full-resolution", action="store_true",
@@ -66,6 +67,15 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="history read for a VPA seen for the first time without a checkpoint (default: 8d)")
     g.add_argument("--checkpoint-every", type=duration_s, default=600.0, metavar="DURATION",
                    help="how often state is checkpointed in the API server (default: 10m)")
+
+
+def _in_flight(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, not {text[:32]!r}") from None
 
 
 def _headers(items: list[str]) -> dict[str, str]:

@@ -71,14 +71,16 @@ class PrometheusConfig:
     counter and throttled fraction at every step, as before; the recommendations are the same either way
     (``test_sparse_signals_change_no_recommendation`` in tests/integration/test_source_prometheus.py replays one
     history both ways)."""
-    requests_in_flight: int = 1
-    """Queries of a pass on the wire at once (1 to 16). At 1 each goes out when the one before it has
-    succeeded, and is on the wire while that answer is decoded; at k, up to k run at once in the backend,
-    after a failure at most k - 1 more have been sent, and up to k bodies are held in memory (see
-    ``max_points_per_query``). The number of requests does not change. Default 1: drill 10 (a namespace
-    whose queries time out) counts on nothing more going to a failing backend after a timeout. Side by side
-    on the 2-core test machine the cold history read of 1,000 workloads took 0.77x and 0.83x the time at 2
-    in flight (two runs) and 0.77x at 4 (tests/benchmarks/RESULTS.md, "Report over 1000 workloads")."""
+    requests_in_flight: int | None = 1
+    """Queries of a pass on the wire at once (1 to 16), or None: sized to the server (``sized_in_flight``: half
+    the cores Prometheus reports, 1 to 4), asked once before the first pass; 1 when the backend does not say
+    (Thanos, Mimir and VictoriaMetrics have no runtimeinfo page). At 1 each query goes out when the one
+    before it has succeeded, and is on the wire while that answer is decoded; at k, up to k run at once in
+    the backend, after a failure at most k - 1 more have been sent, and up to k bodies are held in memory
+    (see ``max_points_per_query``). The number of queries does not change. Default 1 here (the CLI's default
+    is None): drill 10 (a namespace whose queries time out) counts on nothing more going to a failing backend
+    after a timeout. Side by side on the 2-core test machine the cold history read of 1,000 workloads took
+    0.85x the time at 2 in flight and 0.74x at 4 (tests/benchmarks/RESULTS.md, "Report over 1000 workloads")."""
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -93,7 +95,8 @@ class PrometheusConfig:
             raise ValueError("cluster_label and cluster_value go together")
         if self.cluster_label is not None:
             label_name(self.cluster_label)
-        if not 1 <= self.requests_in_flight <= 16 or self.requests_in_flight != int(self.requests_in_flight):
+        flight = self.requests_in_flight
+        if flight is not None and (not 1 <= flight <= 16 or flight != int(flight)):
             raise ValueError("requests_in_flight must be a whole number in [1, 16]")
         self._check_numbers()
 
@@ -127,3 +130,13 @@ class PrometheusConfig:
     def cpu_rate_window_s(self) -> int:
         """Whole seconds: at least 4 scrape intervals and at least one step."""
         return max(math.ceil(4 * self.scrape_interval_s), self.step_s)
+
+
+def sized_in_flight(runtime_info: object) -> int:
+    """Queries in flight for a server whose ``/api/v1/status/runtimeinfo`` data is ``runtime_info``: half its
+    GOMAXPROCS (the cores its engine may use), at least 1 and at most 4, so a pass never takes more than half
+    of a shared Prometheus; 1 when the answer does not say."""
+    procs = runtime_info.get("GOMAXPROCS") if isinstance(runtime_info, dict) else None
+    if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
+        return 1
+    return max(1, min(4, procs // 2))

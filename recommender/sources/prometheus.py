@@ -50,7 +50,7 @@ from prometheus_client import CollectorRegistry
 from recommender.model.types import ContainerKey, HistoryPlan, OomKill, Samples, UsageBatch
 from recommender.sources import promql
 from recommender.sources.batching import count_containers, plan_scopes
-from recommender.sources.config import PrometheusConfig
+from recommender.sources.config import PrometheusConfig, sized_in_flight
 from recommender.sources.errors import (
     PartialSourceError,
     PermanentSourceError,
@@ -118,6 +118,7 @@ class PrometheusSource:
         """What the strategy weighs by age (``Strategy.history_plan``); the default reads all at the step."""
         self.metrics = SourceMetrics(registry)
         self._transport = Transport(config, self.metrics, session=session, sleep=sleep)
+        self._sized: int | None = None
 
     @property
     def request_count(self) -> int:
@@ -126,6 +127,24 @@ class PrometheusSource:
 
     def close(self) -> None:
         self._transport.close()
+
+    def _in_flight(self) -> int:
+        """``requests_in_flight``, or when it is None the server's size, asked once (``sized_in_flight``). A
+        backend without the page (404 and the like) gets 1 for good; one that cannot be reached gets 1 for
+        this pass and is asked again on the next."""
+        if self._sized is None:
+            configured = self.config.requests_in_flight
+            if configured is not None:
+                self._sized = configured
+            else:
+                try:
+                    self._sized = sized_in_flight(self._transport.post("status/runtimeinfo", []))
+                except PermanentSourceError:
+                    self._sized = 1
+                except TemporarySourceError:
+                    return 1
+                log.info("queries in flight sized to the server", extra={"requests_in_flight": self._sized})
+        return self._sized
 
     def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
         """Usage with step timestamps in ``(start_s, end_s]``, keyed by workload container.
@@ -145,7 +164,7 @@ class PrometheusSource:
         usage: dict[PodKey, PodUsage] = {}
         summarized: dict[PodKey, PodUsage] = {}
         dropped: Counter[str] = Counter()
-        in_flight = self.config.requests_in_flight
+        in_flight = self._in_flight()
         with _gc_paused(), ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="prometheus-fetch") as pool:
             wire = _Wire(self._transport, pool, in_flight)
             scopes, listed = self._plan(wire, names, grid)

@@ -136,8 +136,10 @@ class Transport:
         return headers
 
     def _attempt(self, endpoint: str, form: Form) -> tuple[int, bytes]:
+        read_only = endpoint.startswith("status/")  # Prometheus serves its status pages to GET only
         response = self._session.request(
-            "POST", f"{self.client.url}/api/v1/{endpoint}", data=list(form), headers=self._headers(),
+            "GET" if read_only else "POST", f"{self.client.url}/api/v1/{endpoint}",
+            params=list(form) if read_only else None, data=None if read_only else list(form), headers=self._headers(),
             auth=self.client.auth, verify=self._session.verify, cert=self._session.cert,
             timeout=self._config.timeout_s)
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import secrets
 import subprocess
 import sys
@@ -362,6 +363,22 @@ def test_queries_too_big_for_the_backend_are_read_in_shorter_chunks(
                 assert np.array_equal(a.timestamps_s, b.timestamps_s) and np.array_equal(a.values, b.values), name
         splits = [r for r in caplog.records if r.getMessage().startswith("query too big for the backend")]
         assert splits and splits[-1].chunks >= 4  # type: ignore[attr-defined]
+
+
+def test_requests_in_flight_sized_to_the_real_server(world: World) -> None:
+    """With requests_in_flight None the source asks Prometheus's runtimeinfo page once (a GET; its GOMAXPROCS
+    is this machine's cores) and reads the same batches as with 1 in flight."""
+    auto = _source(world.url, requests_in_flight=None)
+    start, end = world.now_s - 86400, world.now_s
+    got = auto.history([world.shop], start, end)
+    expected_in_flight = max(1, min(4, (os.cpu_count() or 1) // 2))
+    assert auto._in_flight() == expected_in_flight
+    one = _source(world.url)
+    want = one.history([world.shop], start, end)
+    assert auto.request_count == one.request_count + 1  # the page, asked once
+    assert set(got) == set(want)
+    for key, batch in want.items():
+        assert np.array_equal(got[key].cpu_cores.values, batch.cpu_cores.values)
 
 
 def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,

@@ -132,3 +132,49 @@ def test_the_collector_is_paused_only_inside_a_pass_and_restored_after_an_error(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_requests_in_flight_sized_to_the_server() -> None:
+    from recommender.sources.config import sized_in_flight
+
+    assert [sized_in_flight({"GOMAXPROCS": n}) for n in (1, 2, 3, 4, 8, 64)] == [1, 1, 1, 2, 4, 4]
+    for unknown in ({}, {"GOMAXPROCS": "8"}, {"GOMAXPROCS": True}, {"GOMAXPROCS": 0}, [], None):
+        assert sized_in_flight(unknown) == 1
+
+
+class StatusOnly:
+    """Answers ``status/runtimeinfo`` with the given answers in turn (an exception is raised)."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    def post(self, endpoint: str, form: Form) -> object:
+        assert endpoint == "status/runtimeinfo"
+        self.asked += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_the_server_is_asked_once_and_again_only_after_a_temporary_failure() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from recommender.sources.config import PrometheusConfig
+    from recommender.sources.errors import PermanentSourceError
+    from recommender.sources.prometheus import PrometheusSource
+
+    def source(*answers: object) -> tuple[PrometheusSource, StatusOnly]:
+        src = PrometheusSource(PrometheusConfig(url="http://p:9090", requests_in_flight=None),
+                               registry=CollectorRegistry())
+        fake = StatusOnly(*answers)
+        src._transport = fake  # type: ignore[assignment]
+        return src, fake
+
+    src, fake = source(TemporarySourceError("down", endpoint="status/runtimeinfo"), {"GOMAXPROCS": 16})
+    assert [src._in_flight() for _ in range(3)] == [1, 4, 4] and fake.asked == 2
+    src, fake = source(PermanentSourceError("404", endpoint="status/runtimeinfo", status=404))
+    assert [src._in_flight() for _ in range(3)] == [1, 1, 1] and fake.asked == 1  # no such page: 1 for good
+    fixed = PrometheusSource(PrometheusConfig(url="http://p:9090", requests_in_flight=3), registry=CollectorRegistry())
+    assert fixed._in_flight() == 3  # a number given is never second-guessed (and nothing is asked)
