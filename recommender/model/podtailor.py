@@ -6,7 +6,8 @@ counts in full. CPU: request = max(slow pL, fast pF) x (1 + margin) over throttl
 (rises within hours, falls at the 12h half-life pace). The slow histogram's level L is priced: the level that
 minimises provisioned cores plus ``cpu_over_request_cost_cores`` x the share of time above it
 (``histogram.cost_share_of``; bursty containers get low percentiles, flat ones high ones), between
-``cpu_min_request_percentile`` and ``cpu_max_request_percentile``. The fast histogram's F is p85
+``cpu_min_request_percentile`` and ``cpu_max_request_percentile``; both prices (CPU and OOM) are divided by
+the risk setting ``risk`` (1 by default). The fast histogram's F is p85
 (``cpu_request_percentile``; with ``cpu_over_request_budget`` > 0 calibrated per container to a budget of
 time over the request, ``PodtailorState.calibrate``; with the price at 0 that F is the slow one's too);
 bounds p50/p95 x
@@ -85,6 +86,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         price = prm.cpu_over_request_cost_cores
         if prm.cpu_over_request_cost_ratio > 0:
             price = prm.cpu_over_request_cost_ratio * (state.cpu.percentile(prm.cpu_upper_percentile) or 0.0)
+        price /= prm.risk
         if price > 0:
             share = state.cpu.cost_share(margin_fraction=prm.cpu_margin_fraction, overrun_cost=price)
             if share is not None:
@@ -117,6 +119,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             if prm.memory_oom_cost_peak_hours > 0:
                 finite = peaks[np.isfinite(peaks)]
                 price = prm.memory_oom_cost_peak_hours * (float(finite.max()) if finite.size else 0.0)
+            price /= prm.risk
             level = cost_level(peaks, margin_fraction=prm.memory_margin_fraction,
                                overrun_cost=price * 3600.0 / prm.memory_max_slot_s)
             return level if level is not None else state.memory.hist.percentile(1.0)

@@ -30,6 +30,18 @@ MEMORY_TOLERANCES = ("cost", "low", "minimal", "intermediate")
 CPU_LIMIT_RULES = ("percentile", "proportional", "none")
 
 
+RISK_MIN, RISK_MAX = 0.05, 20.0
+"""Bounds of ``PodtailorParams.risk``: prices 20 times cheaper or dearer than set are outside what the prices
+were fitted for (and far outside what a sweep of the shared traces has looked at)."""
+
+
+def check_risk(risk: float) -> float:
+    """``risk`` itself when it is a usable risk setting; else ``ValueError`` saying what is allowed."""
+    if isinstance(risk, bool) or not isinstance(risk, int | float) or not RISK_MIN <= risk <= RISK_MAX:
+        raise ValueError(f"risk must be a number in [{RISK_MIN:g}, {RISK_MAX:g}], got {risk!r}"[:120])
+    return float(risk)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodtailorParams:
     """podtailor's tunables. Half-lives follow Google Autopilot (12h CPU, 48h memory)."""
@@ -119,6 +131,13 @@ class PodtailorParams:
     memory_oom_cost_peak_hours: float = 0.0
     """The same price per container, in hours of its own largest peak in the window, in place of
     ``memory_oom_cost_gib_hours`` when > 0: an OOM kill costs the application the same whatever its size."""
+    risk: float = 1.0
+    """The risk setting: a dimensionless multiplier that divides both overrun prices (CPU time over the request,
+    ``cpu_over_request_cost_*``, and an OOM kill, ``memory_oom_cost_*``), so 1 is the prices as set, 2 halves
+    them (less slack, more time over the request and more OOM kills) and 0.5 doubles them. It moves only the
+    priced levels: the fast CPU histogram's percentile, the percentile bounds, margins, floors and OOM bumps do
+    not change, and a price of 0 stays 0. Within [``RISK_MIN``, ``RISK_MAX``]; ``backtest --sweep`` replays a
+    range of it, ``run --risk`` sets it for the recommender and the ``podtailor.io/risk`` annotation per VPA."""
     memory_max_window_s: float = 8 * DAY_S
     """Window of the "max" and "cost" statistics (VPA's 8-day memory window)."""
     memory_max_slot_s: float = 3600.0
@@ -184,6 +203,7 @@ class PodtailorParams:
                      "memory_oom_cost_peak_hours"):
             if not 0 <= getattr(self, name) < math.inf:  # also rejects NaN
                 raise ValueError(f"{name} must be finite and >= 0")
+        check_risk(self.risk)
         if not self.cpu_min_request_percentile <= self.cpu_max_request_percentile <= 1:  # also rejects NaN
             raise ValueError("cpu_max_request_percentile must be in [cpu_min_request_percentile, 1]")
         if self.cpu_limit_rule not in CPU_LIMIT_RULES:
