@@ -6,13 +6,18 @@ optional overrides (``--set podtailor.resize_down_fraction=0.3``); ``oracle`` is
 ``oracle-budget`` (the oracle held to VPA's changes and CPU time over the request) whenever ``vpa`` runs. With
 ``--prometheus`` the history is the cluster's own: ``PrometheusSource.history`` over the namespaces given
 (``-n``) and ``--history``, one series per workload container (pods of a rollout share their workload's
-history), replayed by ``runner.run_history``. A Prometheus that cannot be read exits 1, with nothing written.
+history), replayed by ``runner.run_history``. A Prometheus that cannot be read exits 1, with nothing written. With
+``--sweep`` the run replays podtailor at each risk setting of ``--sweep-values`` beside vpa and krr-simple
+(``sweep.sweep_specs``) and prints the frontier table, and with ``--oom-budget`` the risk it would pick
+(``sweep_report``); a budget that no swept risk meets is an answer (exit 0), not an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
+import math
 import os
 import sys
 import time
@@ -20,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from podtailor.runtime.cli import console, duration_s
+from recommender.backtest import sweep_report
 from recommender.backtest.replay import ReplayConfig
-from recommender.backtest.report import print_report, write_json, write_png
+from recommender.backtest.report import print_report, to_json, write_json, write_png
 from recommender.backtest.runner import (
     ORACLE,
     ORACLE_BUDGET,
@@ -31,6 +37,7 @@ from recommender.backtest.runner import (
     run_history,
     run_trace,
 )
+from recommender.backtest.sweep import BASELINES, DEFAULT_RISKS, SWEPT, parse_risks, sweep_specs
 from recommender.backtest.trace import TraceColumns, TraceError
 from recommender.cli import add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
@@ -63,7 +70,7 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--prometheus", action="store_true",
                    help="replay the cluster's own usage history from Prometheus instead of a trace file "
                         "(needs --prometheus-url and -n)")
-    p.add_argument("--strategies", default=",".join(STRATEGIES),
+    p.add_argument("--strategies", default=None,
                    help=f"comma-separated strategy names (default {','.join(STRATEGIES)}; "
                         "oracle always added, oracle-budget with vpa)")
     p.add_argument("--set", action="append", default=[], metavar="STRATEGY.PARAM=VALUE",
@@ -96,6 +103,17 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
                       help="namespace whose workloads are replayed (repeatable; required with --prometheus)")
     prom.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
                       help="how far back to read, ending now (default: 8d; the first --warmup-hours are not scored)")
+    sweep = p.add_argument_group("risk sweep (choose podtailor's risk setting on this history)")
+    sweep.add_argument("--sweep", action="store_true",
+                       help="replay podtailor at each --sweep-values risk setting, and vpa and krr-simple once, "
+                            "and print the frontier (slack against OOMs and against CPU minutes over the request); "
+                            "replaces --strategies; --set still applies to those three")
+    sweep.add_argument("--sweep-values", metavar="R1,R2,...",
+                       help=f"risk settings to replay (default {','.join(f'{r:g}' for r in DEFAULT_RISKS)}; "
+                            "each in [0.05, 20]; 1 = the default prices, 2 = overruns half as dear)")
+    sweep.add_argument("--oom-budget", type=float, metavar="OOMS_PER_SERIES_DAY",
+                       help="print the risk setting with the least memory slack whose OOM-equivalents per "
+                            "series-day are within this (with --sweep)")
     out = p.add_argument_group("run and output")
     out.add_argument("--series", type=int, help="only the first N series")
     out.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4), help="worker processes")
@@ -105,8 +123,8 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _specs(args: argparse.Namespace) -> list[StrategySpec]:
-    names = [n.strip() for n in str(args.strategies).split(",") if n.strip() and n.strip() not in REFERENCES]
+def _overrides(args: argparse.Namespace, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The ``--set`` items per strategy of ``names`` (values as Python literals, else strings)."""
     overrides: dict[str, dict[str, Any]] = {n: {} for n in names}
     for item in args.set:
         target, _, value = str(item).partition("=")
@@ -117,9 +135,26 @@ def _specs(args: argparse.Namespace) -> list[StrategySpec]:
             overrides[name][param] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             overrides[name][param] = value
-    specs = [StrategySpec(name=n, overrides=tuple(sorted(overrides[n].items()))) for n in names]
+    return overrides
+
+
+def _check(specs: list[StrategySpec]) -> None:
     for spec in specs:
-        get_strategy(spec.name, **dict(spec.overrides))  # unknown names and parameters raise ValueError here
+        if spec.name not in REFERENCES:
+            get_strategy(spec.name, **dict(spec.overrides))  # unknown names and parameters raise ValueError here
+
+
+def _specs(args: argparse.Namespace) -> list[StrategySpec]:
+    if args.sweep:
+        risks = DEFAULT_RISKS if args.sweep_values is None else parse_risks(args.sweep_values)
+        specs = sweep_specs(risks, _overrides(args, [SWEPT, *BASELINES]))
+        _check(specs)
+        return specs
+    chosen = ",".join(STRATEGIES) if args.strategies is None else str(args.strategies)
+    names = [n.strip() for n in chosen.split(",") if n.strip() and n.strip() not in REFERENCES]
+    overrides = _overrides(args, names)
+    specs = [StrategySpec(name=n, overrides=tuple(sorted(overrides[n].items()))) for n in names]
+    _check(specs)
     budget = [StrategySpec(name=ORACLE_BUDGET)] if "vpa" in names else []
     return [*specs, StrategySpec(name=ORACLE), *budget]
 
@@ -133,7 +168,22 @@ def _columns(args: argparse.Namespace) -> TraceColumns:
                         memory_normalized=norm)
 
 
+def _sweep_error(args: argparse.Namespace) -> str | None:
+    if not args.sweep:
+        given = [flag for flag, value in (("--sweep-values", args.sweep_values), ("--oom-budget", args.oom_budget))
+                 if value is not None]
+        return f"{' and '.join(given)} {'need' if len(given) > 1 else 'needs'} --sweep" if given else None
+    if args.strategies is not None:
+        return "--sweep replays podtailor, vpa and krr-simple: leave out --strategies"
+    if args.oom_budget is not None and not (math.isfinite(args.oom_budget) and args.oom_budget >= 0):
+        return "--oom-budget must be a finite number >= 0 (OOM-equivalents per series-day)"
+    return None
+
+
 def _usage_error(args: argparse.Namespace) -> str | None:
+    sweep = _sweep_error(args)
+    if sweep:
+        return sweep
     if args.prometheus:
         if args.trace is not None:
             return "give either a trace file or --prometheus, not both"
@@ -194,13 +244,27 @@ def run_backtest(args: argparse.Namespace) -> int:
         where = f"Prometheus history of {', '.join(args.namespace)}" if args.prometheus else str(args.trace)
         print(f"error: no usable series in {where} (a series needs at least two CPU samples)", file=sys.stderr)
         return 2
-    if not args.quiet:
-        print_report(result, console(stderr=args.json is not None and str(args.json) == "-"))
-    if args.json is not None:
-        if str(args.json) == "-":
-            write_json(result, Path("/dev/stdout"))
-        else:
-            write_json(result, args.json)
-    if args.png is not None:
-        write_png(result, args.png)
+    _output(args, result)
     return 0
+
+
+def _output(args: argparse.Namespace, result: BacktestResult) -> None:
+    """The table (on stderr when the JSON goes to stdout), the JSON document and the PNG, as asked."""
+    out = console(stderr=args.json is not None and str(args.json) == "-")
+    if not args.quiet:
+        if args.sweep:
+            sweep_report.print_sweep(result, out, args.oom_budget)
+        else:
+            print_report(result, out)
+    if args.json is not None:
+        path = Path("/dev/stdout") if str(args.json) == "-" else args.json
+        if args.sweep:
+            doc = {**to_json(result), "sweep": sweep_report.to_json(result, args.oom_budget)}
+            path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        else:
+            write_json(result, path)
+    if args.png is not None:
+        if args.sweep:
+            sweep_report.write_png(result, args.png, args.oom_budget)
+        else:
+            write_png(result, args.png)

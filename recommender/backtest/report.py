@@ -89,7 +89,7 @@ def to_json(result: BacktestResult, default: str = "podtailor") -> dict[str, Any
         "rows_dropped": result.read_stats.dropped_rows, "series_read": result.read_stats.series,
         "series_unscored": dict(result.unscored),
         "config": {k: getattr(result.config, k) for k in result.config.__dataclass_fields__},
-        "strategies": {s.name: {"overrides": dict(s.overrides), "parameters": s.parameters()}
+        "strategies": {s.key: {"name": s.name, "overrides": dict(s.overrides), "parameters": s.parameters()}
                        for s in result.strategies},
         "subsets": {sub: {name: m.to_dict() for name, m in per[sub].items()} for sub in SUBSETS},
         "goals": {sub: goals(per[sub], default) for sub in SUBSETS},
@@ -168,10 +168,10 @@ def write_png(result: BacktestResult, path: Path) -> None:
     for i, spec in enumerate(result.strategies):
         color = f"C{i}"
         for sub in SUBSETS:
-            m = per[sub].get(spec.name)
+            m = per[sub].get(spec.key)
             if m is None or not m.series:
                 continue
-            label = row_name(spec.name) if sub == "all" else None
+            label = row_name(spec.key) if sub == "all" else None
             if m.memory_slack_rel is not None:
                 ax_mem.scatter(m.memory_slack_rel, m.ooms_per_series_day, color=color, marker=markers[sub],
                                label=label)

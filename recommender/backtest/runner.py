@@ -48,6 +48,13 @@ class StrategySpec:
 
     name: str
     overrides: tuple[tuple[str, Any], ...] = ()
+    label: str = ""
+    """The row's name when one strategy runs more than once (a sweep: "podtailor risk=2"); empty: ``name``."""
+
+    @property
+    def key(self) -> str:
+        """The row's name in the result and the report: ``label`` or else ``name``."""
+        return self.label or self.name
 
     def parameters(self) -> dict[str, Any]:
         if self.name == ORACLE:
@@ -110,13 +117,13 @@ def score_series(series: Series, specs: list[StrategySpec], cfg: ReplayConfig) -
             plan = oracle(series, cfg, grid)
         elif spec.name == ORACLE_BUDGET:
             params = spec.budget_params()
-            if params.baseline not in out:
+            if params.baseline not in out:  # the baseline by its row name
                 raise ValueError(f"{ORACLE_BUDGET} needs its baseline {params.baseline!r} among the strategies")
             plan = oracle_budget(series, cfg, grid, out[params.baseline], params)
         else:
             plan = replay(series, get_strategy(spec.name, **dict(spec.overrides)), cfg, grid)
-        out[spec.name] = score(series, plan, grid)
-    return {spec.name: out[spec.name] for spec in specs}
+        out[spec.key] = score(series, plan, grid)
+    return {spec.key: out[spec.key] for spec in specs}
 
 
 def _work(args: tuple[Series, list[StrategySpec], ReplayConfig]) -> dict[str, Totals]:
@@ -143,13 +150,15 @@ def _results(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayCon
 def run_series(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayConfig, *, workers: int = 1,
                limit: int | None = None, source: str = "", stats: ReadStats | None = None) -> BacktestResult:
     """Backtest every strategy of ``specs`` over ``series`` (at most ``limit`` of them)."""
-    names = {spec.name for spec in specs}
+    names = [spec.key for spec in specs]
+    if len(set(names)) < len(names):
+        raise ValueError(f"two strategies share a row name among {', '.join(names)}: give each a label")
     for spec in specs:
         if spec.name == ORACLE_BUDGET and spec.budget_params().baseline not in names:
             raise ValueError(f"{ORACLE_BUDGET} needs its baseline {spec.budget_params().baseline!r} "
                              "among the strategies")
     result = BacktestResult(strategies=specs, config=cfg, source=source, read_stats=stats or ReadStats())
-    result.totals = {sub: {spec.name: Totals() for spec in specs} for sub in SUBSETS}
+    result.totals = {sub: {spec.key: Totals() for spec in specs} for sub in SUBSETS}
     started = time.perf_counter()
     chosen = series if limit is None else islice(series, max(limit, 0))  # stops reading after the N-th
     for position, (sid, per) in enumerate(_results(chosen, specs, cfg, workers), start=1):

@@ -104,3 +104,51 @@ def test_a_normalized_trace_needs_its_machine_size(tmp_path: Path, capsys: pytes
     doc = json.loads(out.read_text())
     assert doc["series_read"] == 1 and doc["series_unscored"] == {}
     assert doc["subsets"]["all"]["oracle"]["series"] == 1
+
+
+def test_sweep_replays_each_risk_beside_vpa_and_krr(tmp_path: Path, trace: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    assert run_backtest(parse(str(trace), "--workers", "1", "--sweep", "--sweep-values", "2,0.5,1", "--oom-budget",
+                              "0", "--json", str(out), "--png", str(png))) == 0
+    printed = capsys.readouterr().out
+    assert "risk sweep: all series" in printed and "Pareto-efficient" in printed
+    assert "pick for an OOM budget of 0 per series-day: risk " in printed
+    doc = json.loads(out.read_text())
+    sweep = doc["sweep"]
+    assert sweep["risks"] == [0.5, 1.0, 2.0] and sweep["oom_budget"] == 0.0
+    rows = sweep["subsets"]["all"]["rows"]
+    assert [r["row"] for r in rows] == ["podtailor risk=0.5", "podtailor risk=1", "podtailor risk=2", "vpa",
+                                        "krr-simple", "oracle"]
+    assert rows[-1]["reference"] and rows[-1]["cpu_efficient"] is None
+    assert any(r["memory_efficient"] for r in rows) and any(r["cpu_efficient"] for r in rows)
+    chosen = sweep["subsets"]["all"]["pick"]
+    # This trace never exceeds its memory (about 100 MiB, sized from its own peaks): every risk has 0 OOMs, so
+    # the pick is the one with the least memory slack.
+    assert all(r["ooms_per_series_day"] == 0 for r in rows[:3])
+    picked = next(r for r in rows if r["row"] == chosen["row"])
+    assert picked["risk"] == chosen["risk"] and f"risk {chosen['risk']:g}: " in printed
+    assert picked["memory_slack_gib"] == min(r["memory_slack_gib"] for r in rows[:3])
+    assert doc["strategies"]["podtailor risk=2"]["parameters"]["risk"] == 2.0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The sweep's risk 1 row is the default strategy's row of a plain run on the same trace.
+    plain = tmp_path / "p.json"
+    assert run_backtest(parse(str(trace), "--workers", "1", "--quiet", "--strategies", "podtailor", "--json",
+                              str(plain))) == 0
+    assert json.loads(plain.read_text())["subsets"]["all"]["podtailor"] == doc["subsets"]["all"]["podtailor risk=1"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--oom-budget", "0.1"), "--oom-budget needs --sweep"),
+    (("--sweep-values", "1,2", "--oom-budget", "0"), "--sweep-values and --oom-budget need --sweep"),
+    (("--sweep", "--strategies", "vpa"), "leave out --strategies"),
+    (("--sweep", "--oom-budget", "-1"), "--oom-budget must be a finite number >= 0"),
+    (("--sweep", "--oom-budget", "nan"), "--oom-budget must be a finite number >= 0"),
+    (("--sweep", "--sweep-values", "1,30"), "bad --sweep-values item '30'"),
+    (("--sweep", "--set", "podtailor.risk=2"), "does not combine with --sweep"),
+    (("--sweep", "--set", "oracle.x=2"), "bad --set"),
+])
+def test_bad_sweep_flags_exit_2(trace: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...],
+                                message: str) -> None:
+    assert run_backtest(parse(str(trace), "--workers", "1", "--quiet", *flags)) == 2
+    assert message in capsys.readouterr().err

@@ -4,6 +4,7 @@ can only lower them)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -56,8 +57,8 @@ def test_the_default_is_risk_one_and_one_is_the_prices_as_set() -> None:
 
 def test_risk_divides_both_prices() -> None:
     """Risk 4 at the default prices is the default strategy at a quarter of the prices (1 core -> 0.25,
-    100 GiB-hours -> 25), and risk 0.5 at the per-container prices is those prices doubled; both differ from risk 1 here, so
-    the equality is not the trivial one."""
+    100 GiB-hours -> 25), and risk 0.5 at the per-container prices is those prices doubled; both differ from
+    risk 1 here, so the equality is not the trivial one."""
     quarter = recommend(bursty(), cpu_over_request_cost_cores=0.25, memory_oom_cost_gib_hours=25.0)
     assert targets(recommend(bursty(), risk=4.0)) == targets(quarter)
     assert targets(quarter) != targets(recommend(bursty()))  # memory drops its top hours (worked numbers below)
@@ -95,7 +96,7 @@ def test_a_higher_risk_never_raises_a_target(seed: int, burst: float, every: int
     cpu = 0.1 * rng.lognormal(0.0, 0.5, i.size) * np.where(i % every == 0, burst, 1.0)
     memory = GIB * rng.lognormal(0.0, 0.2, i.size) * np.where(i % every == 1, burst, 1.0)
     found = [targets(recommend(hourly(cpu, memory), risk=r)) for r in RISKS]
-    for (cpu_lo, mem_lo), (cpu_hi, mem_hi) in zip(found, found[1:], strict=False):
+    for (cpu_lo, mem_lo), (cpu_hi, mem_hi) in itertools.pairwise(found):
         assert cpu_hi <= cpu_lo and mem_hi <= mem_lo
 
 
