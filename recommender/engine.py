@@ -6,18 +6,23 @@ the first time (or loads the whole history window from the source), reads only n
 grouped so the number of source requests does not grow with the number of VPAs, recommends per container
 and writes ``status`` when something changed. If the source fails, nothing is recomputed: the last good
 recommendation stays and a ``Stale`` condition says why. A container without history gets no target (never
-a zero or a floor). Checkpoints are written every ``checkpoint_every_s``.
+a zero or a floor). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
+``podtailor.io/risk`` annotation is served by the strategy at that risk setting (``strategy_at_risk``, one
+strategy per distinct value, in a small cache); the state is the same whatever the risk (it prices only the
+recommendation), so a changed annotation takes effect at the next pass without reloading history. An unusable
+value, or any value when the strategy has no risk setting, leaves the VPA on the default strategy, with one
+warning Event and log line each time the reason changes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from recommender.kube.cluster import Workload
-from recommender.kube.vpa_objects import TargetRef, VpaConfigError, VpaSpec, parse_vpa
+from recommender.kube.vpa_objects import RISK_ANNOTATION, TargetRef, VpaConfigError, VpaSpec, parse_vpa
 from recommender.kube.vpa_status import build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, Recommendation, Strategy, UsageBatch
@@ -25,6 +30,8 @@ from recommender.sources.errors import PartialSourceError
 
 log = logging.getLogger("podtailor.recommender")
 CHECKPOINT_VERSION = "1"
+RISK_CACHE_SIZE = 16
+"""Strategies kept for distinct risk annotations; beyond that the oldest is dropped (rebuilding one is cheap)."""
 
 
 class UsageSource(Protocol):
@@ -74,6 +81,8 @@ class Served:
     states: dict[str, ContainerState] = field(default_factory=dict)
     history_until_s: float | None = None
     last_checkpoint_s: float = 0.0
+    risk_warning: str | None = None
+    """The last risk-annotation problem reported for this VPA (reported again only when it changes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,10 +98,14 @@ class PassReport:
 
 class RecommenderEngine:
     def __init__(self, *, store: VpaStore, source: UsageSource, strategy: Strategy, config: EngineConfig,
-                 metrics: RecommenderMetrics, events: Events | None = None) -> None:
+                 metrics: RecommenderMetrics, events: Events | None = None,
+                 strategy_at_risk: Callable[[float], Strategy] | None = None) -> None:
         self.store, self.source, self.strategy, self.config, self.metrics = store, source, strategy, config, metrics
         self.events = events
         self.served: dict[str, Served] = {}
+        self.strategy_at_risk = strategy_at_risk
+        """Builds the strategy at a VPA's ``podtailor.io/risk`` (None: the strategy has no risk setting)."""
+        self._by_risk: dict[float, Strategy] = {}
 
     # -- discovery ---------------------------------------------------------------------------------------
     def _serves(self, spec: VpaSpec) -> bool:
@@ -210,20 +223,21 @@ class RecommenderEngine:
     def _serve(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch], end_s: float, now_s: float,
                recs: dict[tuple[str, str, str], Recommendation]) -> int:
         spec, workload = entry.spec, entry.workload
+        strategy = self._strategy_for(entry)
         out: dict[str, Recommendation] = {}
         for c in workload.containers:
             key = ContainerKey(namespace=spec.namespace, workload_kind=workload.kind, workload_name=workload.name,
                                container=c.name)
             state = entry.states.get(c.name)
             if state is None:
-                state = entry.states[c.name] = self.strategy.new_state()
+                state = entry.states[c.name] = strategy.new_state()
             batch = batches.get(key)
             if batch is not None:
                 state.add(batch)
             policy = spec.policy_for(c.name, len(workload.containers))
             if policy.mode_off:
                 continue
-            rec = self.strategy.recommend(state, now_s=now_s, policy=policy, current=c.current)
+            rec = strategy.recommend(state, now_s=now_s, policy=policy, current=c.current)
             if rec.target.cpu_millicores is not None or rec.target.memory_bytes is not None:
                 out[c.name] = rec
                 recs[(spec.namespace, spec.name, c.name)] = rec
@@ -236,6 +250,27 @@ class RecommenderEngine:
                 f"{name}: {_short(rec)}" for name, rec in sorted(out.items())) or "no usage history yet")
         self._maybe_checkpoint(entry, now_s)
         return int(wrote)
+
+    def _strategy_for(self, entry: Served) -> Strategy:
+        """The strategy at this VPA's risk annotation, or the default one (saying why, once per reason)."""
+        spec = entry.spec
+        problem = spec.risk_problem
+        if spec.risk is not None and self.strategy_at_risk is None:
+            problem = f"annotation {RISK_ANNOTATION} is ignored: the {self.strategy.name} strategy has no risk setting"
+        if problem != entry.risk_warning:
+            entry.risk_warning = problem
+            if problem is not None:
+                message = f"{problem}; served at the recommender's own risk setting (--risk)"
+                log.warning("risk annotation not used", extra={"namespace": spec.namespace, "vpa": spec.name,
+                                                               "reason": message})
+                self._event(spec, "RiskAnnotationIgnored", message, warning=True)
+        if spec.risk is None or self.strategy_at_risk is None:
+            return self.strategy
+        if spec.risk not in self._by_risk:
+            if len(self._by_risk) >= RISK_CACHE_SIZE:
+                del self._by_risk[next(iter(self._by_risk))]
+            self._by_risk[spec.risk] = self.strategy_at_risk(spec.risk)
+        return self._by_risk[spec.risk]
 
     def _event(self, spec: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None:
         if self.events is not None:

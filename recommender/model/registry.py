@@ -2,7 +2,8 @@
 
 Owns the list of strategy names (``STRATEGIES``) and ``get_strategy(name, **overrides)``, which builds a
 strategy with its default parameters replaced by the overrides (unknown names or parameters raise
-``ValueError``), so reports, the CLI and the backtest select and tune strategies the same way.
+``ValueError``), so reports, the CLI and the backtest select and tune strategies the same way, and
+``at_risk(name)``: how to build that strategy at a given risk setting, for the strategies that have one.
 """
 
 from __future__ import annotations
@@ -37,3 +38,17 @@ def get_strategy(name: str, **overrides: Any) -> Strategy:
     if unknown:
         raise ValueError(f"unknown parameter(s) for {name}: {', '.join(unknown)}")
     return factory(params_type(**overrides))
+
+
+def at_risk(name: str) -> Callable[[float], Strategy] | None:
+    """A builder of the named strategy at a given risk setting (its other parameters at their defaults), or None
+    when the strategy has no risk setting (only podtailor has: ``PodtailorParams.risk``)."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown strategy {name!r}; known: {', '.join(STRATEGIES)}")
+    if "risk" not in {f.name for f in dataclasses.fields(_FACTORIES[name][0])}:
+        return None
+
+    def build(risk: float) -> Strategy:
+        return get_strategy(name, risk=risk)
+
+    return build

@@ -17,7 +17,7 @@ from podtailor.units import (
     parse_cpu_millicores,
     parse_memory_bytes,
 )
-from recommender.kube.vpa_objects import VpaConfigError, parse_vpa
+from recommender.kube.vpa_objects import RISK_ANNOTATION, VpaConfigError, parse_vpa, risk_annotation
 from recommender.kube.vpa_status import build_status, stale_status
 from recommender.model.types import ControlledValues, Recommendation
 
@@ -163,3 +163,45 @@ def test_malformed_vpa_objects_raise_only_config_errors(spec: dict[str, Any]) ->
     bad["metadata"]["generation"] = "x"
     with pytest.raises(VpaConfigError, match="malformed"):
         parse_vpa(bad)
+
+
+def annotated(value: Any) -> dict[str, Any]:
+    obj = vpa()
+    obj["metadata"]["annotations"] = {RISK_ANNOTATION: value, "other": "x"}
+    return obj
+
+
+@pytest.mark.parametrize(("value", "risk"), [("2", 2.0), ("0.5", 0.5), (".25", 0.25), (" 4 ", 4.0), ("0.05", 0.05),
+                                             ("20", 20.0), ("1.", 1.0)])
+def test_the_risk_annotation_is_read(value: str, risk: float) -> None:
+    spec = parse_vpa(annotated(value))
+    assert spec.risk == risk and spec.risk_problem is None
+
+
+def test_no_risk_annotation_is_no_risk_and_no_problem() -> None:
+    assert (parse_vpa(vpa()).risk, parse_vpa(vpa()).risk_problem) == (None, None)
+    assert risk_annotation("not a map") == (None, None)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0", "is outside [0.05, 20]"), ("21", "is outside [0.05, 20]"), ("0.049", "is outside"),
+    ("20.0001", "is outside"), ("", "is not a decimal number in [0.05, 20]"), ("high", "is not a decimal"),
+    ("nan", "is not a decimal"), ("inf", "is not a decimal"), ("1e1", "is not a decimal"),
+    ("1_0", "is not a decimal"), ("-2", "is not a decimal"), ("+2", "is not a decimal"), ("0x10", "is not a decimal"),
+    ("\uff12", "is not a decimal"),
+    ("2; rm -rf /", "is not a decimal"), ("2\n3", "is not a decimal"), ("1" * 10_000, "is not a decimal"),
+    (2, "is not a decimal"), (None, "is not a decimal"), (["2"], "is not a decimal"),
+])
+def test_an_unusable_risk_annotation_is_a_problem_not_a_config_error(value: Any, message: str) -> None:
+    spec = parse_vpa(annotated(value))  # the VPA is still served: no VpaConfigError
+    assert spec.risk is None and spec.risk_problem is not None
+    assert message in spec.risk_problem and spec.risk_problem.startswith(f"annotation {RISK_ANNOTATION}=")
+    assert len(spec.risk_problem) < 120  # a hostile value is quoted short, escaped by repr
+    assert "\n" not in spec.risk_problem
+
+
+@given(st.text(max_size=60))
+def test_any_annotation_text_gives_a_risk_in_range_or_a_problem(text: str) -> None:
+    risk, problem = risk_annotation({RISK_ANNOTATION: text})
+    assert (risk is None) != (problem is None)
+    assert risk is None or 0.05 <= risk <= 20

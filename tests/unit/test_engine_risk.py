@@ -1,0 +1,161 @@
+"""Unit tests of the engine's strategy choice per VPA: the ``podtailor.io/risk`` annotation, and what an
+unusable one does (the VPA is served at the default risk, with one warning Event per reason).
+
+The store and the source are small fakes of the engine's narrow ports; the API server's behaviour (status
+subresource, conflicts) is the integration tests' business, not these."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from podtailor.resources import CurrentResources
+from recommender.engine import RISK_CACHE_SIZE, EngineConfig, RecommenderEngine
+from recommender.kube.cluster import ContainerTemplate, Workload
+from recommender.kube.vpa_objects import RISK_ANNOTATION, TargetRef, VpaSpec
+from recommender.metrics import RecommenderMetrics
+from recommender.model.registry import at_risk, get_strategy
+from recommender.model.types import ContainerKey, Samples, UsageBatch
+
+NOW = 1_700_000_000.0
+HOUR = 3600.0
+GIB = float(2**30)
+
+
+def history() -> UsageBatch:
+    """8 days, hourly: 0.2 cores; memory 2 GiB with 4 GiB in 10 of the 192 hours. At risk 1 the top hours are
+    covered (dropping them saves 2 GiB x 1.15 = 2.3 GiB, costs 100 GiB-h x 10 / 192 = 5.2), at risk 4 they are
+    not (costs 1.3): 4 GiB x 1.15 against 2 GiB x 1.15."""
+    i = np.arange(192)
+    ts = (NOW - 300.0 - HOUR * i[::-1]).astype(np.float64)
+    return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(i.size, 0.2)), cpu_interval_s=HOUR,
+                      memory_peak_bytes=Samples(timestamps_s=ts, values=np.where(i % 19 == 5, 4 * GIB, 2 * GIB)),
+                      memory_interval_s=HOUR)
+
+
+class Store:
+    """VPAs named ``v-<workload>`` on Deployments of one container ``app``; status writes kept per VPA."""
+
+    def __init__(self, annotations: Mapping[str, str | None]) -> None:
+        self.annotations = annotations
+        self.status: dict[str, dict[str, Any]] = {}
+
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+        out = []
+        for name, risk in self.annotations.items():
+            meta: dict[str, Any] = {"namespace": "ns", "name": f"v-{name}", "uid": f"u-{name}", "generation": 1}
+            if risk is not None:
+                meta["annotations"] = {RISK_ANNOTATION: risk}
+            out.append({"metadata": meta, "spec": {"targetRef": {"kind": "Deployment", "name": name},
+                                                   "recommenders": [{"name": "podtailor"}]}})
+        return out
+
+    def workload(self, namespace: str, ref: TargetRef) -> Workload | None:
+        return Workload(namespace=namespace, kind="Deployment", name=ref.name,
+                        containers=(ContainerTemplate(name="app", current=CurrentResources()),))
+
+    def update_vpa_status(self, vpa: VpaSpec, build: Any, attempts: int = 4) -> bool:
+        new = build(self.status.get(vpa.name, {}))
+        if new is not None:
+            self.status[vpa.name] = new
+        return new is not None
+
+    def load_checkpoint(self, vpa: VpaSpec) -> dict[str, Any] | None:
+        return None
+
+    def save_checkpoint(self, vpa: VpaSpec, spec: dict[str, Any]) -> None:
+        pass
+
+
+class Source:
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+        batch = history()
+        return {ContainerKey(namespace="ns", workload_kind="Deployment", workload_name=n, container="app"): batch
+                for n in self.names}
+
+
+class Events:
+    def __init__(self) -> None:
+        self.recorded: list[tuple[str, str, str, bool]] = []
+
+    def record(self, vpa: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None:
+        self.recorded.append((vpa.name, reason, message, warning))
+
+
+RISK_1 = math.ceil(4 * GIB * 1.15)
+"""The memory target at risk 1 (and 0.5): the 4 GiB top hours covered, x 1.15, rounded up once."""
+RISK_4 = math.ceil(2 * GIB * 1.15)
+"""At risk 4: the top hours dropped."""
+
+
+def engine(annotations: Mapping[str, str | None], strategy: str = "podtailor",
+           ) -> tuple[RecommenderEngine, Events, Store]:
+    events, store = Events(), Store(annotations)
+    return RecommenderEngine(store=store, source=Source(list(annotations)),
+                             strategy=get_strategy(strategy), config=EngineConfig(checkpoint_every_s=1e9),
+                             metrics=RecommenderMetrics(CollectorRegistry()), events=events,
+                             strategy_at_risk=at_risk(strategy)), events, store
+
+
+def memory(report: Any, name: str) -> int | None:
+    value: int | None = report.recommendations[("ns", f"v-{name}", "app")].target.memory_bytes
+    return value
+
+
+def warnings(events: Events) -> list[tuple[str, str, str, bool]]:
+    return [e for e in events.recorded if e[3]]
+
+
+def test_each_vpa_is_served_at_its_own_risk() -> None:
+    eng, events, _ = engine({"plain": None, "risky": "4", "careful": "0.5"})
+    report = eng.run_pass(NOW)
+    assert report.served == 3 and report.unsupported == 0
+    assert memory(report, "plain") == memory(report, "careful") == RISK_1
+    assert memory(report, "risky") == RISK_4
+    assert warnings(events) == []
+
+
+def test_an_unusable_annotation_serves_the_default_and_warns_once_per_reason() -> None:
+    annotations = {"plain": None, "typo": "4x"}
+    eng, events, store = engine(annotations)
+    report = eng.run_pass(NOW)
+    assert report.served == 2 and report.unsupported == 0
+    assert memory(report, "typo") == memory(report, "plain") == RISK_1  # the default risk, not 4, not nothing
+    [written] = store.status["v-typo"]["recommendation"]["containerRecommendations"]
+    assert written["containerName"] == "app" and "memory" in written["target"]
+    [(vpa, reason, message, _)] = warnings(events)
+    assert (vpa, reason) == ("v-typo", "RiskAnnotationIgnored")
+    assert message == (f"annotation {RISK_ANNOTATION}='4x' is not a decimal number in [0.05, 20]; served at the "
+                       "recommender's own risk setting (--risk)")
+    eng.run_pass(NOW + 60)
+    assert len(warnings(events)) == 1  # the same reason is not repeated every pass
+    annotations["typo"] = "99"
+    eng.run_pass(NOW + 120)
+    assert [e[2].split(";")[0] for e in warnings(events)][1:] == [f"annotation {RISK_ANNOTATION}='99' is outside "
+                                                                  "[0.05, 20]"]
+    annotations["typo"] = "4"
+    report = eng.run_pass(NOW + 180)
+    assert memory(report, "typo") == RISK_4 and len(warnings(events)) == 2  # fixed: served at 4, no new warning
+
+
+def test_a_strategy_without_a_risk_setting_ignores_the_annotation_and_says_so() -> None:
+    eng, events, _ = engine({"plain": None, "risky": "4"}, strategy="vpa")
+    report = eng.run_pass(NOW)
+    assert memory(report, "risky") == memory(report, "plain")
+    [(vpa, reason, message, _)] = warnings(events)
+    assert (vpa, reason) == ("v-risky", "RiskAnnotationIgnored")
+    assert "ignored: the vpa strategy has no risk setting" in message
+
+
+def test_distinct_risks_keep_a_bounded_number_of_strategies() -> None:
+    names = {f"w{i}": f"{1 + i / 10:g}" for i in range(RISK_CACHE_SIZE + 4)}
+    eng, _, _ = engine(names)
+    report = eng.run_pass(NOW)
+    assert report.served == len(names) and len(eng._by_risk) == RISK_CACHE_SIZE
