@@ -27,7 +27,15 @@ from podtailor.runtime.cli import (
 from podtailor.runtime.leader import add_leader_election_flags
 from podtailor.runtime.serve import add_listen_flag
 from recommender import __version__
-from recommender.cli import add_engine_flags, add_prometheus_flags, engine_config, history_plan, prometheus_config
+from recommender.cli import (
+    add_engine_flags,
+    add_prometheus_flags,
+    build_strategy,
+    engine_config,
+    history_plan,
+    prometheus_config,
+    strategy_at_risk,
+)
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
@@ -78,16 +86,16 @@ def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
     from recommender.kube.cluster import KubeAdapter
     from recommender.kube.events import EventRecorder
     from recommender.metrics import RecommenderMetrics
-    from recommender.model.registry import get_strategy
     from recommender.sources.prometheus import PrometheusSource
 
     prom = prometheus_config(args)
     engine_cfg = engine_config(args)
+    default = build_strategy(args)
     api = kube_client(args)
-    strategy = get_strategy(args.strategy)
-    source = PrometheusSource(prom, registry=registry, plan=history_plan(args, strategy))
-    return RecommenderEngine(store=KubeAdapter(api), source=source, strategy=strategy,
-                             config=engine_cfg, metrics=RecommenderMetrics(registry), events=EventRecorder(api)), api
+    source = PrometheusSource(prom, registry=registry, plan=history_plan(args, default))
+    return RecommenderEngine(store=KubeAdapter(api), source=source, strategy=default, config=engine_cfg,
+                             metrics=RecommenderMetrics(registry), events=EventRecorder(api),
+                             strategy_at_risk=strategy_at_risk(args)), api
 
 
 def cmd_once(args: argparse.Namespace) -> int:

@@ -1,20 +1,23 @@
 """Command-line parsing and configuration of ``podtailor-recommender``: flags in, frozen configs out.
 
 Owns every flag, its default and its help text, the parsing of durations ("90s", "5m", "8d") and the
-construction of the Kubernetes client, the Prometheus config and the strategy. Bad input is reported as
-``UsageError`` (exit code 2) before anything is contacted or changed.
+construction of the Kubernetes client, the Prometheus config and the strategy (``--strategy`` with
+``--risk``, podtailor's risk setting, which a VPA's ``podtailor.io/risk`` annotation overrides for that
+VPA). Bad input is reported as ``UsageError`` (exit code 2) before anything is contacted or changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from podtailor.runtime.cli import UsageError, duration_s
 from recommender.engine import EngineConfig
-from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
+from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, check_risk
+from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, at_risk, get_strategy
 from recommender.model.types import HistoryPlan, Strategy
 from recommender.sources.config import PrometheusConfig
 
@@ -58,6 +61,7 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Recommendations")
     g.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
                    help="recommendation strategy (default: %(default)s; vpa and krr-simple reproduce those tools)")
+    add_risk_flag(g)
     g.add_argument("--recommender-name", default="podtailor",
                    help="serve VPAs whose spec.recommenders names this (default: %(default)s)")
     g.add_argument("--serve-all-vpas", action="store_true",
@@ -76,6 +80,36 @@ def _in_flight(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number or auto, not {text[:32]!r}") from None
+
+
+def risk_value(text: str) -> float:
+    """``--risk``'s value: a number in [RISK_MIN, RISK_MAX] (argparse reports the error, exit 2)."""
+    try:
+        return check_risk(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a number in [{RISK_MIN:g}, {RISK_MAX:g}], got {text[:32]!r}") from None
+
+
+def add_risk_flag(g: Any) -> None:
+    g.add_argument("--risk", type=risk_value, default=None, metavar="R",
+                   help="podtailor's risk setting: divides both overrun prices (CPU time over the request, OOM "
+                        "kills); 1 = the default prices, 2 = less slack and more overruns, 0.5 = the opposite. "
+                        "Choose it with `backtest --sweep`. A VPA's podtailor.io/risk annotation overrides it "
+                        "for that VPA (default: 1; podtailor strategy only)")
+
+
+def build_strategy(args: argparse.Namespace) -> Strategy:
+    """``--strategy`` at ``--risk``; ``UsageError`` when --risk is given to a strategy without a risk setting."""
+    if args.risk is None:
+        return get_strategy(args.strategy)
+    if at_risk(args.strategy) is None:
+        raise UsageError(f"--risk is a setting of the podtailor strategy; {args.strategy} has none")
+    return get_strategy(args.strategy, risk=args.risk)
+
+
+def strategy_at_risk(args: argparse.Namespace) -> Callable[[float], Strategy] | None:
+    """How the engine builds ``--strategy`` at a VPA's own risk (None: the strategy has no risk setting)."""
+    return at_risk(args.strategy)
 
 
 def _headers(items: list[str]) -> dict[str, str]:

@@ -21,8 +21,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags, duration_s, kube_client
-from recommender.cli import add_prometheus_flags, history_plan, prometheus_config
-from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, get_strategy
+from recommender.cli import add_prometheus_flags, add_risk_flag, build_strategy, history_plan, prometheus_config
+from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
 from recommender.report import render
 from recommender.report.types import KINDS, Report
 
@@ -70,6 +70,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "(repeatable; default: all)")
     g.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
                    help="recommendation strategy (default: %(default)s)")
+    add_risk_flag(g)
     g.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
                    help="usage history to read (default: 8d)")
     g.add_argument("-o", "--output", choices=render.FORMATS, default="table", help="format (default: table)")
@@ -128,7 +129,7 @@ class _Progress:
 def _settings(args: argparse.Namespace) -> dict[str, object]:
     return {"namespaces": list(args.namespace), "selector": args.selector, "kinds": list(args.kind or KINDS),
             "historySeconds": args.history, "stepSeconds": int(args.step), "changeThreshold": args.change_threshold,
-            "poolLabel": args.pool_label}
+            "poolLabel": args.pool_label, "risk": args.risk}
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
@@ -143,7 +144,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         prices = load_sheet(args.prices) if args.prices else PriceSheet()
     except (SelectorError, PriceError) as err:
         raise UsageError(str(err)) from None
-    return prices, get_strategy(args.strategy), prometheus_config(args), kube_client(args)
+    return prices, build_strategy(args), prometheus_config(args), kube_client(args)
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ RISKS = (0.05, 0.25, 0.5, 1.0, 2.0, 4.0, 20.0)
 
 
 def hourly(cpu: np.ndarray, memory: np.ndarray) -> UsageBatch:
-    ts = NOW - HOUR * np.arange(cpu.size)[::-1]
+    ts = (NOW - HOUR * np.arange(cpu.size)[::-1]).astype(np.float64)
     return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=cpu.astype(np.float64)), cpu_interval_s=HOUR,
                       memory_peak_bytes=Samples(timestamps_s=ts, values=memory.astype(np.float64)),
                       memory_interval_s=HOUR)

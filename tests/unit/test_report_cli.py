@@ -59,3 +59,29 @@ def test_unreachable_api_server_is_exit_1(tmp_path: Path, capsys: pytest.Capture
     assert run_report(args) == EXIT_FAILED
     out = capsys.readouterr()
     assert out.out == "" and "API server unreachable" in out.err
+
+
+def test_risk_flag_sets_podtailors_risk_in_report_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recommender.__main__ import build_parser
+    from recommender.cli import build_strategy, strategy_at_risk
+    from recommender.model.podtailor import PodtailorStrategy
+
+    args = parse("--prometheus-url", "http://p", "--risk", "2")
+    built = build_strategy(args)
+    assert isinstance(built, PodtailorStrategy) and built.params.risk == 2.0
+    default = build_strategy(parse("--prometheus-url", "http://p"))
+    assert isinstance(default, PodtailorStrategy) and default.params.risk == 1.0
+    run = build_parser().parse_args(["run", "--prometheus-url", "http://p", "--risk", "0.5"])
+    at_run = build_strategy(run)
+    assert isinstance(at_run, PodtailorStrategy) and at_run.params.risk == 0.5
+    builder = strategy_at_risk(run)
+    assert builder is not None and builder(4.0).parameters()["risk"] == 4.0
+    cfg = str(kubeconfig(tmp_path))
+    assert run_report(parse("--kubeconfig", cfg, "--prometheus-url", "http://p", "--strategy", "vpa", "--risk",
+                            "2")) == EXIT_USAGE
+    assert "--risk is a setting of the podtailor strategy; vpa has none" in capsys.readouterr().err
+    for bad in ("0", "30", "nan", "high"):
+        with pytest.raises(SystemExit) as exit_info:
+            parse("--prometheus-url", "http://p", "--risk", bad)
+        assert exit_info.value.code == 2
+        assert "want a number in [0.05, 20]" in capsys.readouterr().err
