@@ -143,3 +143,28 @@ def test_throttled_fraction_is_the_mean_over_the_steps_the_container_ran() -> No
     assert never is not None and never.throttled_fraction == 0.0
     unknown = usage_summary(batch(0.4, 100 * Mi), unlimited, None)
     assert unknown is not None and unknown.throttled_fraction is None
+
+
+def test_a_summary_counts_as_the_steps_it_stands_for_in_the_usage_shown() -> None:
+    """History read as a plan's hourly summaries plus a day at the step: hours, throttled share, OOM kills and
+    the distribution cover the whole window, each summary standing for its 60 one-minute steps."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from recommender.model.types import Samples, UsageBatch
+    from recommender.report.build import at_step, usage_summary
+
+    ts = NOW - 3 * DAY + 3600.0 * np.arange(1, 49)
+    summary = UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(48, 0.8)), cpu_interval_s=3600.0,
+                         memory_peak_bytes=Samples(timestamps_s=ts, values=np.full(48, float(200 * Mi))),
+                         memory_interval_s=3600.0,
+                         cpu_throttled_fraction=Samples(timestamps_s=ts, values=np.full(48, 0.5)))
+    recent = batch(0.4, 100 * Mi, throttled=0.0, ooms=1)
+    both = replace(recent, summary=replace(summary, oom_kills=recent.oom_kills))
+    flat = at_step(both)
+    assert len(flat.cpu_cores) == 48 * 60 + 1440 and flat.summary is None and len(flat.oom_kills) == 2
+    shown = usage_summary(both, spec("app", cur(500, 256 * Mi, 1000)), None)
+    assert shown is not None and shown.observed_pod_hours == 48 + 24 and shown.oom_kills == 2
+    assert shown.throttled_fraction == 0.5 * 48 * 60 / (48 * 60 + 1440)
+    assert shown.cpu_millicores is not None and shown.cpu_millicores.max == 800
