@@ -1,9 +1,10 @@
-"""Unit tests for the report bench's floors: query texts and escaping."""
+"""Unit tests for the report bench's floors and variants: query texts, escaping, the variant table, goals."""
 
 from __future__ import annotations
 
 import re
 
+from tests.benchmarks import bench_report
 from tests.benchmarks.floors import SOURCE_METRICS, Workload, krr_queries, touch_queries
 
 W = Workload(namespace="bench-03", name="app-0003", replicaset="app-0003-5d9c", pods=("app-0003-5d9c-aaaaa",))
@@ -55,3 +56,23 @@ def test_touch_queries_count_every_metric_with_the_sources_matchers() -> None:
     for q in qs:
         assert q.endswith('{namespace=~"a|b",container!="",container!="POD"}[691200s])')
         assert _balanced(q)
+
+
+def test_variants_name_each_other_consistently() -> None:
+    keys = [v.key for v in bench_report.VARIANTS]
+    assert len(keys) == len(set(keys))
+    for v in bench_report.VARIANTS:
+        assert v.relative_to in (None, *keys) and v.same_as in (None, *keys)
+        assert not v.same_requests or v.same_as is not None
+    assert {bench_report.HISTORY, bench_report.TOUCH, bench_report.KRR} <= set(keys)
+    assert {k for k, _, _ in bench_report.GOALS} <= set(keys)
+
+
+def test_goal_lines_give_ratio_and_verdict() -> None:
+    wall = {"json": 10.0, bench_report.KRR: 40.0, bench_report.TOUCH: 6.0}
+    cpu = {"json": 9.0, bench_report.KRR: 70.0, bench_report.TOUCH: 5.0}
+    krr, touch = bench_report.goal_lines(wall, cpu)
+    assert "≤ 0.2 x the KRR-shaped floor: measured 0.250 x (10.00 s against 40.00 s" in krr
+    assert krr.endswith("**not met**.")
+    assert "measured 1.667 x (10.00 s against 6.00 s; Prometheus CPU 9.00 s against 5.00 s)" in touch
+    assert touch.endswith("**met**.")
