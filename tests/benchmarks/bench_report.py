@@ -75,6 +75,12 @@ VARIANTS: tuple[Variant, ...] = (
             label="usage history at full resolution (sparse signals off), 1 query in flight"),
     Variant(key=HISTORY, short="the report's read", read=source_read(), relative_to="dense",
             label="usage history (PrometheusSource.history, the default: sparse signals), 1 query in flight"),
+    Variant(key="planned", short="planned read", read=source_read("podtailor"), relative_to=HISTORY,
+            label="usage history as the podtailor strategy's plan asks (last 3 days at the step, hourly summaries "
+                  "before), 1 query in flight"),
+    Variant(key="planned_4", short="planned read, 4 in flight", read=source_read("podtailor", requests_in_flight=4),
+            relative_to="planned", same_as="planned", same_requests=True,
+            label="usage history as the plan asks, 4 queries in flight"),
     *(Variant(key=f"sparse_{k}", short=f"{k} in flight", read=source_read(requests_in_flight=k),
               relative_to=HISTORY, same_as=HISTORY, same_requests=True,
               label=f"usage history, {k} queries in flight (same requests and answers)") for k in IN_FLIGHT),

@@ -115,14 +115,17 @@ def measure(variant: Variant, window: Window) -> Measured:
                     answer=answer)
 
 
-def source_read(**config: Any) -> Read:
+def source_read(strategy: str | None = None, **config: Any) -> Read:
     """``PrometheusSource.history`` over the window with these ``PrometheusConfig`` fields (step and scrape
-    interval are the window's step); the answer is the batches."""
+    interval are the window's step) and, with ``strategy``, that strategy's ``HistoryPlan`` (hourly summaries
+    of what it weighs little); the answer is the batches."""
     def read(w: Window) -> tuple[int, Any]:
+        from recommender.model.registry import get_strategy
         from recommender.sources.prometheus import PrometheusSource
 
+        plan = None if strategy is None else get_strategy(strategy).history_plan()
         src = PrometheusSource(PrometheusConfig(url=w.url, step_s=w.step_s, scrape_interval_s=w.step_s, **config),
-                               registry=CollectorRegistry())
+                               registry=CollectorRegistry(), plan=plan)
         got = src.history(list(w.namespaces), w.start_s, w.end_s)
         return src.request_count, got
     return read
