@@ -207,6 +207,7 @@ def _comparable(answer: Any) -> Any:
 
 
 def run(workloads: int, days: float, repeats: int) -> str:
+    facts = machine_facts()  # before the run: its load average is the machine's, not the bench's own
     with tempfile.TemporaryDirectory() as tmp:
         cluster, prom = LocalCluster(Path(tmp) / "c"), LocalPrometheus(Path(tmp) / "p")
         state = cluster.start()
@@ -225,7 +226,7 @@ def run(workloads: int, days: float, repeats: int) -> str:
         finally:
             prom.stop()
             cluster.stop()
-    return table(workloads, days, create_s, backfill_s, walls, doc, staged)
+    return table(facts, workloads, days, create_s, backfill_s, walls, doc, staged)
 
 
 def _med(xs: list[float]) -> float:
@@ -244,7 +245,7 @@ def goal_lines(wall: dict[str, float], cpu: dict[str, float]) -> list[str]:
             for k, limit, name in GOALS]
 
 
-def table(workloads: int, days: float, create_s: float, backfill_s: float,
+def table(facts: str, workloads: int, days: float, create_s: float, backfill_s: float,
           walls: dict[str, list[tuple[float, float]]], doc: dict[str, Any], staged: list[dict[str, Any]]) -> str:
     def med(key: str) -> float:
         return _med([s[key] for s in staged])
@@ -282,7 +283,7 @@ def table(workloads: int, days: float, create_s: float, backfill_s: float,
     with_history = sum(1 for w in doc["workloads"] if w["containers"][0]["usage"])
     krr = staged[0]["history"][KRR].requests
     return "\n".join([
-        machine_facts(), "",
+        facts, "",
         f"{workloads} Deployments (3 replicas, paused, one container) in {NAMESPACES} namespaces on a private "
         f"control plane; {days:g} days of history per workload at a 5-minute step in a private Prometheus "
         f"(fleet created in {create_s:.1f} s, backfilled in {backfill_s:.1f} s). {with_history} of "
