@@ -101,7 +101,9 @@ def test_drill_01_apiserver_restart_mid_batch(scenario: Scenario, drill_cluster:
     per_pod = collections.Counter(c.pod for c in landed)
     assert len(per_pod) == PODS and set(per_pod.values()) == {1}, per_pod  # journal: each resize once
     before = [c.pod for c in landed if c.at <= down_at]
-    after = [c.pod for c in landed if c.at >= up_at and c.pod in first]
+    # After the restart began: a resize can land as soon as the new server answers, before start_apiserver's
+    # readiness wait returns (seen in CI on a loaded machine); none can land while it is stopped.
+    after = [c.pod for c in landed if c.at >= restart_at and c.pod in first]
     refused = {c.pod for c in resizer.calls if c.generation is None and down_at <= c.at < up_at}
     assert len(before) == 3 and sorted(after) == sorted(set(first) - set(before)), (before, after)
     assert refused <= set(after)
