@@ -273,6 +273,36 @@ def test_deferred_until_capacity_frees_then_applied_in_priority_order(
     assert status_of(pod, "app").resources.requests["cpu"] == "1300m"
 
 
+def test_periodic_retry_restarts_after_every_retry(
+    make_sim: SimFactory, core: client.CoreV1Api, namespace: str
+) -> None:
+    # kubelet 1.37 allocation_manager.go: retryPendingResizes resets the periodic ticker on every retry, so
+    # a deferred resize made feasible without a trigger is retried retryDelay after the last retry of any kind.
+    sim = make_sim(NodePool(name="p", count=1, cpu_millicores=4000), deferred_retry_s=6.0)
+    node = sim.node_names()[0]
+    run_pod(core, namespace, make_pod("other", node, app_container("app", {"cpu": "100m"})))
+    run_pod(core, namespace, make_pod("p", node, app_container("app", {"cpu": "500m"})))
+    # 3950m fits the node's 4 cores (the API server admits it) but not beside the other pod: Deferred.
+    gen = resize(core, namespace, "p", "app", {"requests": {"cpu": "3950m"}})
+    eventually("p Deferred", lambda: (c := resize_condition(core.read_namespaced_pod("p", namespace),
+                                                            "PodResizePending")) and c.reason == "Deferred",
+               timeout_s=10)
+    # Raising the allocatable triggers no retry; another pod's resize does, and restarts the timer.
+    sim.set_allocatable(node, cpu_millicores=8000, memory_bytes=8 * 2**30)
+    time.sleep(2.0)
+    sim.set_allocatable(node, cpu_millicores=4000, memory_bytes=8 * 2**30)
+    other_gen = resize(core, namespace, "other", "app", {"requests": {"cpu": "200m"}})
+    eventually("other applied", lambda: settled(core, namespace, "other", other_gen), timeout_s=10)
+    retried_at = time.monotonic()
+    sim.set_allocatable(node, cpu_millicores=8000, memory_bytes=8 * 2**30)
+    pod = eventually("p applied by the periodic retry", lambda: settled(core, namespace, "p", gen), timeout_s=20,
+                     interval_s=0.1)
+    waited = time.monotonic() - retried_at
+    # Not before 6 s after the 'pod updated' retry (an unreset timer would have fired about 4 s after it).
+    assert waited >= 5.0, waited
+    assert status_of(pod, "app").resources.requests["cpu"] == "3950m"
+
+
 def test_memory_limit_below_usage_is_an_error_until_raised(
     make_sim: SimFactory, core: client.CoreV1Api, namespace: str
 ) -> None:

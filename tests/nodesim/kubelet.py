@@ -6,10 +6,11 @@ Infeasible (a Guaranteed pod's CPU under the static CPU Manager) / Deferred / al
 allocatable last published in the Node status; ``PodResizeInProgress`` for ``actuation_delay_s``; restart
 counts for ``RestartContainer``; Error for a memory limit below usage, with nothing of that resize applied;
 deferred resizes retried, with their message refreshed, when a pod is resized, removed or terminates, when a
-pod's actuated requests go down, and every ``deferred_retry_s``, in kubelet's priority order, as kubelet 1.37
-does), drives usage from per-container models (annotation ``nodesim.podtailor.io/usage``) on a clock that may
-run faster than real time, OOM-kills a container whose usage passes its memory limit, throttles CPU at the
-limit, and serves cAdvisor and kube-state-metrics style series on ``/metrics``.
+pod's actuated requests go down, and ``deferred_retry_s`` after a node's last retry of any trigger, in
+kubelet's priority order, as kubelet 1.37 does), drives usage from per-container models (annotation
+``nodesim.podtailor.io/usage``) on a clock that may run faster than real time, OOM-kills a container whose
+usage passes its memory limit, throttles CPU at the limit, and serves cAdvisor and kube-state-metrics style
+series on ``/metrics``.
 
 Counters on ``/metrics`` are physical: usage sampled at simulated time is integrated over wall time, so
 ``rate()`` in Prometheus gives the modelled cores. Differences from kubelet: no probes, images, volumes or
@@ -424,6 +425,10 @@ class NodeSimulator:
         pod.actuate_at = time.monotonic() + self.config.actuation_delay_s
 
     def _retry_deferred(self, node: SimNode, trigger: str) -> None:
+        # Every retry, whatever its trigger and even with nothing pending, restarts the node's periodic timer:
+        # kubelet 1.37 pkg/kubelet/allocation/allocation_manager.go, manager.retryPendingResizes calls
+        # m.ticker.Reset(retryDelay) before it looks at the list, and Run's ticker fires only after that.
+        node.retry_due_at = time.monotonic() + self.config.deferred_retry_s
         pending = [PendingResize(desired=p.desired, allocated=p.allocated(), pending_since_s=p.pending.since_s)
                    for p in self._node_pods(node.name)
                    if p.pending is not None and p.pending.reason == "Deferred" and p.desired is not None]
@@ -493,7 +498,9 @@ class NodeSimulator:
                 self.stopping.wait(0.5)
 
     def _ticks(self) -> None:
-        last_tick = last_lease = last_status = last_retry = last_rs = time.monotonic()
+        last_tick = last_lease = last_status = last_rs = time.monotonic()
+        for node in self.nodes.values():
+            node.retry_due_at = last_tick + self.config.deferred_retry_s
         while not self.stopping.wait(0.05):
             mono = time.monotonic()
             with self.lock:
@@ -505,10 +512,11 @@ class NodeSimulator:
                 if mono - last_tick >= self.config.tick_s:
                     self._sample_usage(mono - last_tick)
                     last_tick = mono
-                if mono - last_retry >= self.config.deferred_retry_s:
-                    for node in self.nodes.values():
+                for node in self.nodes.values():
+                    if node.retry_due_at is None:  # a node registered after the loop started
+                        node.retry_due_at = mono + self.config.deferred_retry_s
+                    elif mono >= node.retry_due_at:
                         self._retry_deferred(node, "periodic")
-                    last_retry = mono
                 beat = mono - last_lease >= self.config.lease_renew_s
                 report = mono - last_status >= self.config.status_report_s
                 for node in self.nodes.values():

@@ -80,6 +80,8 @@ class SimNode:
     """The kubelet's configured allocatable; starts as the pool's size (see ``capacity``)."""
     reported: NodeCapacity | None = None
     """What the node status last told the API server; lags ``allocatable`` when a change is not reported."""
+    retry_due_at: float | None = None
+    """Monotonic time of this node's next periodic retry of deferred resizes; None until the loop starts."""
 
     @property
     def capacity(self) -> NodeCapacity:
