@@ -13,6 +13,8 @@ from pathlib import Path
 
 from recommender.sources.promql import label_name
 
+READ_APIS = ("auto", "remote-read", "promql")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrometheusConfig:
@@ -71,6 +73,13 @@ class PrometheusConfig:
     counter and throttled fraction at every step, as before; the recommendations are the same either way
     (``test_sparse_signals_change_no_recommendation`` in tests/integration/test_source_prometheus.py replays one
     history both ways)."""
+    read_api: str = "auto"
+    """How the full-resolution CPU and memory samples are read: ``remote-read`` (``/api/v1/read``: the stored
+    samples, turned into the same per-step values client-side, ``raw_grid``), ``promql`` (range queries), or
+    ``auto``: remote read where the backend answers it (Prometheus, Mimir, Cortex), asked once with a tiny read;
+    PromQL where it does not (Thanos Query and VictoriaMetrics have no remote-read endpoint). Remote read costs
+    Prometheus about a tenth of the CPU of the range queries for the same history (tests/benchmarks/RESULTS.md).
+    Summaries, owners, throttling and OOM counters always go through PromQL."""
     requests_in_flight: int | None = 1
     """Queries of a pass on the wire at once (1 to 16), or None: sized to the server (``sized_in_flight``: half
     the cores Prometheus reports, 1 to 4), asked once before the first pass; 1 when the backend does not say
@@ -95,6 +104,8 @@ class PrometheusConfig:
             raise ValueError("cluster_label and cluster_value go together")
         if self.cluster_label is not None:
             label_name(self.cluster_label)
+        if self.read_api not in READ_APIS:
+            raise ValueError(f"read_api must be one of {', '.join(READ_APIS)}")
         flight = self.requests_in_flight
         if flight is not None and (not 1 <= flight <= 16 or flight != int(flight)):
             raise ValueError("requests_in_flight must be a whole number in [1, 16]")

@@ -44,11 +44,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import requests
 from prometheus_client import CollectorRegistry
 
 from recommender.model.types import ContainerKey, HistoryPlan, OomKill, Samples, UsageBatch
-from recommender.sources import promql
+from recommender.sources import promql, remote_read
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.config import PrometheusConfig, sized_in_flight
 from recommender.sources.errors import (
@@ -60,12 +61,14 @@ from recommender.sources.errors import (
 )
 from recommender.sources.grid import GridRange, aligned_range, chunks, split_grid
 from recommender.sources.owners import OwnerIndex
+from recommender.sources.raw_grid import Rows, combine, grid_ms, peaks, rates
 from recommender.sources.samples import (
     PodKey,
     PodUsage,
     Series,
     build_batches,
     drop_invalid,
+    grid_times,
     oom_increments,
     parse_matrix,
     parse_vector_labels,
@@ -119,6 +122,7 @@ class PrometheusSource:
         self.metrics = SourceMetrics(registry)
         self._transport = Transport(config, self.metrics, session=session, sleep=sleep)
         self._sized: int | None = None
+        self._remote: bool | None = {"remote-read": True, "promql": False}.get(config.read_api)
 
     @property
     def request_count(self) -> int:
@@ -146,6 +150,29 @@ class PrometheusSource:
                 log.info("queries in flight sized to the server", extra={"requests_in_flight": self._sized})
         return self._sized
 
+    def _remote_read(self, namespace: str, at_s: float) -> bool:
+        """Whether the full-resolution samples go through remote read: ``read_api``, or for ``auto`` the
+        backend's answer to one tiny read (one millisecond of one namespace's CPU), asked once. An answer that
+        is not a remote-read success (404 from Thanos Query, 400 from VictoriaMetrics, a page from a proxy)
+        means PromQL for good; an unreachable backend means PromQL for this pass, asked again on the next."""
+        if self._remote is None:
+            at_ms = round(at_s * 1000)
+            matchers = promql.remote_matchers("container_cpu_usage_seconds_total",
+                                              promql.Scope(namespaces=(namespace,), cluster=self.config.cluster))
+            try:
+                self._transport.decode_read(self._transport.fetch("read", remote_read.request_body(
+                    [(matchers, at_ms - 1, at_ms)])))
+                self._remote = True
+            except TemporarySourceError:
+                return False
+            except PermanentSourceError as err:
+                self._remote = False
+                log.info("the backend has no remote-read API; reading full-resolution history through PromQL",
+                         extra={"status": err.status, "error": str(err)[:200]})
+                return False
+            log.info("reading full-resolution history through remote read")
+        return self._remote
+
     def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
         """Usage with step timestamps in ``(start_s, end_s]``, keyed by workload container.
 
@@ -171,7 +198,9 @@ class PrometheusSource:
             points = self._chunk_points(scopes, listed)
             parts = [] if coarse is None else [_Part(c, coarse.step_s, summarized) for c in chunks(coarse, points)]
             if fine is not None:
-                parts += [_Part(c, self.config.cpu_rate_window_s, usage) for c in chunks(fine, points)]
+                raw = bool(scopes) and self._remote_read(names[0], fine.last_s)
+                parts += [_Part(c, self.config.cpu_rate_window_s, usage, raw)
+                          for c in chunks(fine, self._chunk_points(scopes, listed, raw=raw))]
             owners, failed, error = self._read_scopes(wire, scopes, grid, parts, dropped)
         if error is not None and failed >= set(names):
             raise error
@@ -243,12 +272,17 @@ class PrometheusSource:
             raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
 
     # ------------------------------------------------------------------------------------------- a pass
-    def _chunk_points(self, scopes: list[promql.Scope], listed: set[PodKey]) -> int:
-        """Grid points per range query: under the per-series cap (minus the OOM query's extra point) and
-        small enough that the biggest scope's series x points stays under ``max_points_per_query``."""
+    def _chunk_points(self, scopes: list[promql.Scope], listed: set[PodKey], *, raw: bool = False) -> int:
+        """Grid points per query: small enough that the biggest scope's series x points stays under
+        ``max_points_per_query``; for a range query also under the per-series cap (minus the OOM query's extra
+        point). A remote read returns every stored sample, one per scrape, so with a scrape interval shorter than
+        the step its chunk holds proportionally fewer steps; Prometheus's per-series cap is not for it."""
         biggest = max((sum(1 for ns, pod, _ in listed if ns in s.namespaces and (not s.pods or pod in s.pods))
                        for s in scopes), default=1)
-        return max(1, min(self.config.max_points_per_series - 1, self.config.max_points_per_query // max(1, biggest)))
+        budget = self.config.max_points_per_query // max(1, biggest)
+        if raw:
+            return max(1, int(budget / max(1.0, self.config.step_s / self.config.scrape_interval_s)))
+        return max(1, min(self.config.max_points_per_series - 1, budget))
 
     def _plan(self, wire: _Wire, names: tuple[str, ...], grid: GridRange,
               ) -> tuple[list[promql.Scope], set[PodKey]]:
@@ -276,11 +310,15 @@ class PrometheusSource:
                    promql.job_owner_query(scope, range_s)]
         if sparse:
             instant.append(promql.oom_seen_query(scope, grid.last_s - grid.first_s + grid.step_s + _OOM_SEEN_MARGIN_S))
-        todo = [self._form("query", [("query", q), *at]) for q in instant]
+        todo: list[tuple[str, Form | bytes]] = [self._form("query", [("query", q), *at]) for q in instant]
         for part in parts:
-            todo += [self._range_form(promql.cpu_query(scope, part.window_s), part.chunk),
-                     self._range_form(promql.memory_peak_query(scope, part.chunk.step_s), part.chunk),
-                     self._range_form(promql.throttle_query(scope, part.window_s, sparse=sparse), part.chunk)]
+            if part.raw:
+                todo += [self._read_form(scope, metric, part.chunk, window)
+                         for metric, window in self._raw_metrics(part)]
+            else:
+                todo += [self._range_form(promql.cpu_query(scope, part.window_s), part.chunk),
+                         self._range_form(promql.memory_peak_query(scope, part.chunk.step_s), part.chunk),
+                         self._range_form(promql.throttle_query(scope, part.window_s, sparse=sparse), part.chunk)]
             if not sparse:
                 todo.append(self._oom_form(scope, part.chunk))
         answers = wire.ahead(todo)
@@ -288,8 +326,18 @@ class PrometheusSource:
                                       self._labels(next(answers)))
         seen = self._oom_seen(next(answers)) if sparse else None
         for part in parts:
-            for field_name in ("cpu", "memory", "throttle"):
-                for series in self._matrix(next(answers), part.chunk):
+            if part.raw:
+                per_key = [self._from_raw(next(answers), part, per_step, window)
+                           for (_, window), per_step in zip(self._raw_metrics(part), (rates, peaks, rates, rates),
+                                                            strict=True)]
+                throttle = _throttled(per_key[2], per_key[3], sparse)
+                found: dict[str, list[Series]] = {"cpu": _series(per_key[0], part.chunk),
+                                                  "memory": _series(per_key[1], part.chunk),
+                                                  "throttle": _series(throttle, part.chunk)}
+            else:
+                found = {name: self._matrix(next(answers), part.chunk) for name in ("cpu", "memory", "throttle")}
+            for field_name, part_series in found.items():
+                for series in part_series:
                     clean = drop_invalid(series, dropped)
                     if len(clean.values):
                         getattr(part.usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
@@ -315,13 +363,43 @@ class PrometheusSource:
                 return self._read_scope(wire, scope, grid, parts, dropped)
             except QueryTooLargeError as err:
                 smaller = _halved(parts)
-                if err.endpoint != "query_range" or splits == _MAX_SPLITS or len(smaller) == len(parts):
+                if err.endpoint not in ("query_range", "read") or splits == _MAX_SPLITS or len(smaller) == len(parts):
                     raise
                 _forget(scope, parts)
                 log.warning("query too big for the backend; reading the scope again in shorter time chunks",
                             extra={"namespaces": len(scope.namespaces), "chunks": len(smaller), "error": str(err)})
                 parts = smaller
         raise AssertionError("unreachable")
+
+    def _read_form(self, scope: promql.Scope, metric: str, chunk: GridRange, window_s: float) -> tuple[str, bytes]:
+        """A remote read of ``metric``'s stored samples that the range query's selectors would see at the
+        chunk's grid times: from the first time's window start to the last time."""
+        first_ms = round(chunk.first_s * 1000) - round(window_s * 1000)
+        body = remote_read.request_body([(promql.remote_matchers(metric, scope), first_ms, round(chunk.last_s * 1000))])
+        return "read", body
+
+    @staticmethod
+    def _raw_metrics(part: _Part) -> list[tuple[str, float]]:
+        """What a raw part reads, with the window each metric's range selector spans: the CPU counter (the
+        rate window), the working set (one step, less a millisecond: ``promql.memory_peak_query``), and the
+        two CFS counters of the throttled fraction (the rate window)."""
+        return [("container_cpu_usage_seconds_total", part.window_s),
+                ("container_memory_working_set_bytes", part.chunk.step_s - 0.001),
+                ("container_cpu_cfs_throttled_periods_total", part.window_s),
+                ("container_cpu_cfs_periods_total", part.window_s)]
+
+    def _from_raw(self, fetched: Fetched, part: _Part, per_step: Callable[..., Rows],
+                  window_s: float) -> dict[PodKey, Rows]:
+        """What a range query of ``per_step`` (``rates`` or ``peaks``) over ``window_s`` would have answered at
+        the part's grid times, from a remote read's stored samples (``raw_grid``), taken ``max by (namespace,
+        pod, container)``: one row per container over the whole grid."""
+        answers = self._transport.decode_read(fetched)
+        if len(answers) != 1:
+            raise PermanentSourceError("remote-read answer without exactly one query result", endpoint="read")
+        rows = per_step(answers[0], grid_ms(part.chunk), round(window_s * 1000))
+        keys: list[PodKey] = [(s.labels.get("namespace", ""), s.labels.get("pod", ""), s.labels.get("container", ""))
+                               for s in answers[0]]
+        return combine(rows, keys)
 
     def _oom_form(self, scope: promql.Scope, chunk: GridRange) -> tuple[str, Form]:
         return self._range_form(promql.oom_events_query(scope), chunk, first_s=chunk.first_s - chunk.step_s)
@@ -388,6 +466,39 @@ class _Part:
     chunk: GridRange
     window_s: float
     usage: dict[PodKey, PodUsage]
+    raw: bool = False
+    """CPU and memory come from a remote read of the stored samples (``raw_grid``), not from range queries."""
+
+
+def _throttled(throttled: dict[PodKey, Rows], periods: dict[PodKey, Rows], sparse: bool) -> dict[PodKey, Rows]:
+    """``promql.throttle_query`` from the two counters' per-container rates: throttled over periods where both
+    are present and the periods' rate is above zero (``> 0`` keeps only such samples), and with ``sparse``
+    only where the quotient is above zero too."""
+    out = {}
+    for key, thr in throttled.items():
+        per = periods.get(key)
+        if per is None:
+            continue
+        present = thr.present & per.present & (per.values > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(present, thr.values / per.values, np.nan)
+        if sparse:
+            present &= ratio > 0
+        out[key] = Rows(ratio, present)
+    return out
+
+
+def _series(per_key: dict[PodKey, Rows], grid: GridRange) -> list[Series]:
+    """Each container's row as the series a range answer holds: its times with a value (none: no series)."""
+    times = grid_times(grid)
+    out = []
+    for (namespace, pod, container), row in per_key.items():
+        have = row.present
+        if not have.any():
+            continue
+        out.append(Series(labels={"namespace": namespace, "pod": pod, "container": container},
+                          timestamps_s=times if have.all() else times[have], values=row.values[have]))
+    return out
 
 
 _MAX_SPLITS = 6
@@ -396,7 +507,8 @@ _MAX_SPLITS = 6
 
 def _halved(parts: list[_Part]) -> list[_Part]:
     """Each part of two grid points or more as two parts of half its length (same window, same sink)."""
-    return [_Part(c, p.window_s, p.usage) for p in parts for c in chunks(p.chunk, max(1, (p.chunk.points + 1) // 2))]
+    return [_Part(c, p.window_s, p.usage, p.raw) for p in parts
+            for c in chunks(p.chunk, max(1, (p.chunk.points + 1) // 2))]
 
 
 def _forget(scope: promql.Scope, parts: list[_Part]) -> None:
@@ -416,11 +528,11 @@ class _Wire:
         self._pool = pool
         self._in_flight = in_flight
 
-    def now(self, endpoint: str, form: Form) -> Fetched:
+    def now(self, endpoint: str, form: Form | bytes) -> Fetched:
         """One request, beside (at ``in_flight`` 1: after) the ones in flight; waits for its answer."""
         return self._pool.submit(self._transport.fetch, endpoint, form).result()
 
-    def ahead(self, todo: Sequence[tuple[str, Form]]) -> Iterator[Fetched]:
+    def ahead(self, todo: Sequence[tuple[str, Form | bytes]]) -> Iterator[Fetched]:
         """The answers to ``todo`` in order. Up to ``in_flight`` requests are out at once; the next goes out
         when the oldest has succeeded, so while the caller decodes answer i, request i + ``in_flight`` is on
         its way. After a failure (raised when the caller asks for that answer) nothing more of ``todo`` is

@@ -17,6 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from recommender.sources.remote_read import EQ, NEQ, RE, Matcher
+
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _RE2_META = frozenset("\\.+*?()|[]{}^$")
 _SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -174,3 +176,21 @@ def series_matchers(scope: Scope) -> list[str]:
     """``match[]`` selectors for the series endpoint, which plans the batches (an index-only lookup)."""
     return [selector("container_cpu_usage_seconds_total", scope),
             selector("container_memory_working_set_bytes", scope)]
+
+
+def remote_matchers(metric: str, scope: Scope) -> list[Matcher]:
+    """The matchers of ``selector(metric, scope)`` for a remote read: the same labels and values, with only the
+    regex layer of escaping (a remote-read matcher's value is not a PromQL string literal)."""
+
+    def any_of(label: str, values: Sequence[str]) -> Matcher:
+        if len(values) == 1:
+            return Matcher(kind=EQ, name=label_name(label), value=values[0])
+        return Matcher(kind=RE, name=label_name(label), value="|".join(regex_escape(v) for v in sorted(set(values))))
+
+    out = [Matcher(kind=EQ, name="__name__", value=metric), any_of("namespace", scope.namespaces)]
+    if scope.pods:
+        out.append(any_of("pod", scope.pods))
+    out += [Matcher(kind=NEQ, name="container", value=""), Matcher(kind=NEQ, name="container", value="POD")]
+    if scope.cluster is not None:
+        out.append(Matcher(kind=EQ, name=label_name(scope.cluster[0]), value=scope.cluster[1]))
+    return out

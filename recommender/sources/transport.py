@@ -30,6 +30,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from urllib3.util.retry import Retry
 
+from recommender.sources import remote_read
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import PermanentSourceError, QueryTooLargeError, SourceError, TemporarySourceError
 from recommender.sources.matrix import decode_series
@@ -46,9 +47,12 @@ _STORE_FAILURE = re.compile(r"^execution: .*rpc error: code = (Unavailable|Abort
 """Thanos Query's answer (422, errorType ``execution``) when a store it asked failed and partial responses are
 off: the store's gRPC status is in the text. The store is down or overloaded, not the query wrong: temporary."""
 _NEVER = re.compile(r"(?!)")
-_TOO_LARGE = {422: re.compile(r"^execution: .*too many samples"), 503: re.compile(r"^timeout: ")}
+_TOO_LARGE = {422: re.compile(r"^execution: .*too many samples"), 503: re.compile(r"^timeout: "),
+              400: re.compile(r"exceeded sample limit")}
 """Answers that say the query is too big to run as it is (web/api/v1/api.go, ``respondError``: errorExec is 422,
-errorTimeout 503; the limit's message is promql's ``ErrTooManySamples``): not retried, split by the source."""
+errorTimeout 503; the limit's message is promql's ``ErrTooManySamples``; a remote read over
+``--storage.remote.read-sample-limit`` is a 400 "exceeded sample limit", storage/remote/codec.go
+``ToQueryResult``): not retried, split by the source."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,12 +139,21 @@ class Transport:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    def _attempt(self, endpoint: str, form: Form) -> tuple[int, bytes]:
+    def _attempt(self, endpoint: str, form: Form | bytes) -> tuple[int, bytes]:
         read_only = endpoint.startswith("status/")  # Prometheus serves its status pages to GET only
+        headers = self._headers()
+        params: list[tuple[str, str]] | None = None
+        data: bytes | list[tuple[str, str]] | None
+        if isinstance(form, bytes):  # a remote-read request: a snappy-compressed protobuf body
+            headers.update(remote_read.HEADERS)
+            data = form
+        elif read_only:
+            params, data = list(form), None
+        else:
+            data = list(form)
         response = self._session.request(
-            "GET" if read_only else "POST", f"{self.client.url}/api/v1/{endpoint}",
-            params=list(form) if read_only else None, data=None if read_only else list(form), headers=self._headers(),
-            auth=self.client.auth, verify=self._session.verify, cert=self._session.cert,
+            "GET" if read_only else "POST", f"{self.client.url}/api/v1/{endpoint}", params=params, data=data,
+            headers=headers, auth=self.client.auth, verify=self._session.verify, cert=self._session.cert,
             timeout=self._config.timeout_s)
         try:
             response.raise_for_status()
@@ -153,7 +166,7 @@ class Transport:
             raise kind(f"prometheus answered {status}: {text}", endpoint=endpoint, status=status) from err
         return response.status_code, response.content
 
-    def _classified(self, endpoint: str, form: Form) -> tuple[int, bytes]:
+    def _classified(self, endpoint: str, form: Form | bytes) -> tuple[int, bytes]:
         try:
             return self._attempt(endpoint, form)
         except SourceError:
@@ -169,9 +182,10 @@ class Transport:
         """``data`` of a successful response; retries temporary failures, then raises."""
         return self.decode(self.fetch(endpoint, form))
 
-    def fetch(self, endpoint: str, form: Form) -> Fetched:
+    def fetch(self, endpoint: str, form: Form | bytes) -> Fetched:
         """The body of a 2xx answer, not yet decoded; retries temporary failures, then raises. Split from
-        ``decode`` so that a caller can decode one body while the next request is on the wire."""
+        ``decode`` so that a caller can decode one body while the next request is on the wire. ``form`` is a
+        form for the query endpoints, or the compressed body of a remote-read request (endpoint ``read``)."""
         attempt = 0
         while True:
             with self._count_lock:
@@ -240,6 +254,17 @@ class Transport:
         except ValueError as err:
             raise self._not_json(fetched, err) from err
         list(self._whole_result(fetched, self._envelope(fetched, body), result_type))
+
+    def decode_read(self, fetched: Fetched) -> list[list[remote_read.RawSeries]]:
+        """The series of each query of a remote-read answer; a body that is not one is a permanent error."""
+        try:
+            out = remote_read.decode_response(fetched.body)
+        except (ValueError, UnicodeDecodeError) as err:
+            self._record(fetched.endpoint, "permanent_error", fetched.seconds)
+            raise PermanentSourceError(f"malformed remote-read answer: {str(err)[:200]}", endpoint=fetched.endpoint,
+                                       status=fetched.status) from err
+        self._record(fetched.endpoint, "ok", fetched.seconds)
+        return out
 
     @staticmethod
     def _whole_result(fetched: Fetched, data: Any, result_type: str) -> Iterator[Any]:

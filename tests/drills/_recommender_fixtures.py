@@ -33,6 +33,8 @@ from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerKey, UsageBatch
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.prometheus import PrometheusSource
+from recommender.sources.remote_read import decode_response
+from tests.builders.remote_read import decode_request, encode_response, selector_text
 from tests.harness.prometheus import LocalPrometheus
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import UsageModel
@@ -143,8 +145,10 @@ def engine_for(api: client.ApiClient, url: str, namespaces: Sequence[str], *, hi
                registry: CollectorRegistry | None = None, strategy: str = "podtailor",
                **source_options: Any) -> tuple[RecommenderEngine, SpySource, CollectorRegistry]:
     registry = registry or CollectorRegistry()
+    # read_api pinned (auto would choose remote read on Prometheus too, after one probe request that would
+    # otherwise count in the drills' request budgets)
     options: dict[str, Any] = {"step_s": STEP, "scrape_interval_s": 60, "retries": 0, "timeout_s": 20,
-                               **source_options}
+                               "read_api": "remote-read", **source_options}
     source = SpySource(PrometheusSource(PrometheusConfig(url=url, **options), registry=registry))
     engine = RecommenderEngine(store=KubeAdapter(api), source=source, strategy=get_strategy(strategy),
                                config=EngineConfig(namespaces=tuple(namespaces), history_s=history_s),
@@ -217,22 +221,28 @@ class PromProxy:
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         started = time.monotonic()
         raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
-        form = urllib.parse.parse_qsl(raw.decode(), keep_blank_values=True)
         endpoint = handler.path.rsplit("/", 1)[-1]
+        remote = endpoint == "read"  # a remote read: snappy protobuf both ways, shown to faults as a query
+        form = ([("query", selector_text(m)) for m, _, _ in decode_request(raw)] if remote
+                else urllib.parse.parse_qsl(raw.decode(), keep_blank_values=True))
+        headers = {k: handler.headers[k] for k in REMOTE_HEADERS} if remote else {
+            "Content-Type": "application/x-www-form-urlencoded"}
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            upstream = requests.post(f"{self.upstream()}{handler.path}", data=raw, timeout=60,
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+            upstream = requests.post(f"{self.upstream()}{handler.path}", data=raw, timeout=60, headers=headers)
             status, body = upstream.status_code, upstream.content
             faults = self.faults
             if faults.rewrite is not None and status == 200:
-                body = json.dumps(faults.rewrite(endpoint, form, upstream.json())).encode()
+                body = (_rewrite_read(faults.rewrite, form, body) if remote
+                        else json.dumps(faults.rewrite(endpoint, form, upstream.json())).encode())
             time.sleep(faults.delay(endpoint, form))
             with contextlib.suppress(OSError):  # the client may have timed out and gone
                 handler.send_response(status)
-                handler.send_header("Content-Type", "application/json")
+                for name, value in ({"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
+                                    if remote and status == 200 else {"Content-Type": "application/json"}).items():
+                    handler.send_header(name, value)
                 handler.send_header("Content-Length", str(len(body)))
                 handler.end_headers()
                 handler.wfile.write(body)
@@ -241,6 +251,21 @@ class PromProxy:
                 self.in_flight -= 1
                 self.sent.append(Sent(endpoint=endpoint, form=form, body_bytes=len(raw),
                                       seconds=time.monotonic() - started))
+
+
+REMOTE_HEADERS = ("Content-Type", "Content-Encoding", "X-Prometheus-Remote-Read-Version")
+
+
+def _rewrite_read(rewrite: Rewrite, form: list[tuple[str, str]], body: bytes) -> bytes:
+    """A remote-read answer rewritten by a JSON rewrite: its series shown as a range answer's matrix (times in
+    seconds, values as text), rewritten as endpoint ``read``, and written back as a remote-read answer."""
+    [series] = decode_response(body)
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": s.labels, "values": [[t / 1000, repr(float(v))] for t, v in zip(s.times_ms, s.values, strict=True)]}
+        for s in series]}}
+    result = rewrite("read", form, doc)["data"]["result"]
+    return encode_response([[(item["metric"], [(round(float(t) * 1000), float(v)) for t, v in item["values"]])
+                             for item in result]])
 
 
 # ---------------------------------------------------------------------------------------------- invariants

@@ -97,9 +97,9 @@ def test_prometheus_outage_keeps_targets_byte_identical_and_recovery_reads_one_w
         recovery_requests = source.inner.request_count - steady_requests - outage_requests
         # One history call for the whole missed window, from the last good end: 2 h 05 min, one chunk.
         assert source.calls[calls_before:] == [((namespace,), t0 - LAG_S, recovery_now - LAG_S)]
-        # Request budget of a pass: 1 series + 3 owner queries + 4 range queries per scope and chunk = 8,
-        # the same as the steady pass: no burst.
-        assert recovery_requests == steady_requests == 8, (recovery_requests, steady_requests)
+        # Request budget of a pass: 1 series + 3 owner queries + 1 for OOM counters above zero + 4 remote reads
+        # (CPU, working set, two CFS counters) per scope and chunk = 9, the same as the steady pass: no burst.
+        assert recovery_requests == steady_requests == 9, (recovery_requests, steady_requests)
         assert outage_requests == passes  # one refused connection per pass (retries=0), no hot loop
         assert recovered.written == WORKLOADS and recovered.stale == 0
         after = statuses(api, [namespace])

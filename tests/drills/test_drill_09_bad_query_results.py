@@ -42,20 +42,20 @@ HIDDEN = {"w0-5c-p0", "w0-5c-p1", "w1-5c-p0", "w2-5c-p0"}
 
 
 def empty(endpoint: str, form: list[tuple[str, str]], body: dict[str, Any]) -> dict[str, Any]:
-    if endpoint in ("query", "query_range"):
+    if endpoint in ("query", "query_range", "read"):
         body["data"]["result"] = []
     return body
 
 
 def nan(endpoint: str, form: list[tuple[str, str]], body: dict[str, Any]) -> dict[str, Any]:
-    if endpoint == "query_range":
+    if endpoint in ("query_range", "read"):
         for series in body["data"]["result"]:
             series["values"] = [[t, "NaN"] for t, _ in series["values"]]
     return body
 
 
 def half(endpoint: str, form: list[tuple[str, str]], body: dict[str, Any]) -> dict[str, Any]:
-    if endpoint in ("query", "query_range"):
+    if endpoint in ("query", "query_range", "read"):
         body["data"]["result"] = [s for s in body["data"]["result"] if s["metric"].get("pod") not in HIDDEN]
     return body
 

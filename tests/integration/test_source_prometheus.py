@@ -30,7 +30,9 @@ from podtailor.resources import CurrentResources, Resources
 from recommender.backtest.cli import run_backtest
 from recommender.model.registry import STRATEGIES, get_strategy
 from recommender.model.types import ContainerKey, ContainerPolicy, UsageBatch
+from recommender.sources import promql
 from recommender.sources.errors import QueryTooLargeError, TemporarySourceError
+from recommender.sources.grid import GridRange
 from recommender.sources.prometheus import PrometheusConfig, PrometheusSource
 from tests.harness.prometheus import LocalPrometheus
 from tests.nodesim.openmetrics import ExportContainer, compute_history, time_grid, write_openmetrics
@@ -123,8 +125,17 @@ def _write_bad(path: Path, namespace: str, now_s: float) -> Path:
     return path
 
 
+READ_APIS = ("remote-read", "promql")
+USAGE_REQUESTS = {"remote-read": 4, "promql": 3}
+"""Requests per chunk for the usage itself: remote reads of the CPU, working-set and two CFS counters, or range
+queries of CPU, memory peaks and the throttled fraction."""
+
+
 def _source(url: str, registry: CollectorRegistry | None = None, **options: object) -> PrometheusSource:
-    settings: dict[str, object] = {"step_s": STEP_S, "scrape_interval_s": GRID_S, "retries": 0, **options}
+    """A source at the module's grid; full-resolution history through remote read unless ``read_api`` says
+    otherwise (set, not ``auto``, so that the counts below hold no probe request)."""
+    settings: dict[str, object] = {"step_s": STEP_S, "scrape_interval_s": GRID_S, "retries": 0,
+                                   "read_api": "remote-read", **options}
     config = PrometheusConfig(url=url, **settings)  # type: ignore[arg-type]
     return PrometheusSource(config, registry=registry or CollectorRegistry())
 
@@ -193,29 +204,66 @@ def test_batches_are_workload_level_and_match_the_model(world: World) -> None:
     assert (_per_pod(batches[db], 2)[1][:, 0] > instantaneous).any()
 
 
-def test_requests_do_not_grow_with_workloads(world: World) -> None:
+@pytest.mark.parametrize("read_api", READ_APIS)
+def test_requests_do_not_grow_with_workloads(world: World, read_api: str) -> None:
     start, end = world.now_s - 2 * 86400, world.now_s
     registry = CollectorRegistry()
-    one, three, both = _source(world.url, registry), _source(world.url), _source(world.url)
+    one, three, both = (_source(world.url, registry, read_api=read_api), _source(world.url, read_api=read_api),
+                        _source(world.url, read_api=read_api))
     assert len(one.history([world.solo], start, end)) == 1  # 1 workload, 1 pod
     assert len(three.history([world.shop], start, end)) == 3  # 3 workloads, 8 pods
     assert len(both.history([world.shop, world.solo], start, end)) == 4  # both namespaces in one batch
-    # 1 series listing + 3 owner queries + 1 for containers with OOM kills (none here) + 3 usage queries (one
-    # chunk of 576 points) = 8, whatever the count.
-    assert one.request_count == three.request_count == both.request_count == 8
+    # 1 series listing + 3 owner queries + 1 for containers with OOM kills (none here) + 4 remote reads or 3
+    # range queries (one chunk of 576 points) = 9 or 8, whatever the count.
+    usage = USAGE_REQUESTS[read_api]
+    assert one.request_count == three.request_count == both.request_count == 5 + usage
     assert _requests(registry, "series", "ok") == 1
     assert _requests(registry, "query", "ok") == 4
-    assert _requests(registry, "query_range", "ok") == 3
+    assert _requests(registry, "read" if read_api == "remote-read" else "query_range", "ok") == usage
 
 
-def test_chunked_and_incremental_passes_equal_one_pass(world: World) -> None:
+def test_remote_read_gives_what_the_range_queries_give(world: World) -> None:
+    """Every namespace (rollout generations, throttling, OOM kills, NaN, -1 and +Inf windows) read both ways:
+    remote read's stored samples turned into rates and peaks client-side (``raw_grid``) equal Prometheus's own
+    range answers at every step, to the last bits of a float, and invalid samples are dropped and counted
+    alike. ``auto`` picks remote read on Prometheus, with one probe request."""
+    start, end = world.now_s - 2 * 86400, world.now_s
+    namespaces = [world.shop, world.solo, world.oom, world.bad]
+    registries = {api: CollectorRegistry() for api in ("auto", "promql")}
+    auto = _source(world.url, registries["auto"], read_api="auto")
+    promql_source = _source(world.url, registries["promql"], read_api="promql")
+    raw, ranged = auto.history(namespaces, start, end), promql_source.history(namespaces, start, end)
+    assert auto.request_count == promql_source.request_count + 2  # the probe, and one more CFS counter
+    # The probe and four reads; the OOM counter of the one container that has one, and for the chunk with kills
+    # its memory limits and requests, are range queries either way.
+    assert _requests(registries["auto"], "read", "ok") == 5 and _requests(registries["auto"], "query_range", "ok") == 3
+    assert set(raw) == set(ranged) and len(raw) == 6
+    throttled = 0
+    for key, batch in ranged.items():
+        for name in ("cpu_cores", "memory_peak_bytes", "cpu_throttled_fraction"):
+            a, b = getattr(batch, name), getattr(raw[key], name)
+            assert np.array_equal(a.timestamps_s, b.timestamps_s), (key, name)
+            np.testing.assert_allclose(b.values, a.values, rtol=1e-12, atol=0, err_msg=f"{key} {name}")
+        throttled += len(batch.cpu_throttled_fraction) > 0
+        assert raw[key].oom_kills == batch.oom_kills
+    assert throttled == 1 and sum(len(b.oom_kills) for b in raw.values()) == 8
+    for reason in ("nan", "inf", "negative"):
+        counted = [r.get_sample_value("podtailor_source_samples_dropped_total", {"reason": reason})
+                   for r in registries.values()]
+        assert counted[0] == counted[1] and counted[0], reason
+
+
+@pytest.mark.parametrize("read_api", READ_APIS)
+def test_chunked_and_incremental_passes_equal_one_pass(world: World, read_api: str) -> None:
     start, mid, end = world.now_s - 86400, world.now_s - 86400 + 7 * 3600 + 17, world.now_s
-    whole = _source(world.url).history([world.shop], start, end)
-    chunked_source = _source(world.url, max_points_per_series=100)  # 288 points -> chunks of 99
+    whole = _source(world.url, read_api=read_api).history([world.shop], start, end)
+    # 288 points in chunks of 99: range queries by their per-series cap, remote reads (5 samples a step) by the
+    # budget of the biggest scope, 8 containers x 99 steps x 5 samples.
+    chunked_source = _source(world.url, max_points_per_series=100, max_points_per_query=8 * 99 * 5, read_api=read_api)
     chunked = chunked_source.history([world.shop], start, end)
-    assert chunked_source.request_count == 1 + 4 + 3 * 3
-    first = _source(world.url).history([world.shop], start, mid)
-    second = _source(world.url).history([world.shop], mid, end)
+    assert chunked_source.request_count == 1 + 4 + USAGE_REQUESTS[read_api] * 3
+    first = _source(world.url, read_api=read_api).history([world.shop], start, mid)
+    second = _source(world.url, read_api=read_api).history([world.shop], mid, end)
     assert set(whole) == set(chunked) == set(first) == set(second) and len(whole) == 3
     for key, batch in whole.items():
         # Chunking in time changes the requests, not the data.
@@ -243,7 +291,7 @@ def test_oom_kills_carry_the_memory_limit_and_request(world: World) -> None:
     assert {(k.memory_limit_bytes, k.memory_request_bytes) for k in batch.oom_kills} == {(256 * MI, 128 * MI)}
     # The OOM counter is read only for the container that has one above zero, and the chunk with OOM kills
     # also reads limits and requests.
-    assert source.request_count == 1 + 4 + 3 + 1 + 2
+    assert source.request_count == 1 + 4 + USAGE_REQUESTS["remote-read"] + 1 + 2
 
 
 def test_sparse_signals_change_no_recommendation(world: World) -> None:
@@ -330,27 +378,34 @@ def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None
             assert points < 0.4 * sum(len(b.cpu_cores) for b in full.values()), (name, points)
 
 
+@pytest.mark.parametrize("read_api", READ_APIS)
 def test_queries_too_big_for_the_backend_are_read_in_shorter_chunks(
-        world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A Prometheus whose --query.max-samples refuses the shop's range queries over two days at a 60 s step
-    (5 pods x 2,880 steps; its instant queries load at most one series' 2 days at a time, under the limit):
-    the source halves its time chunks until the answers fit and reads exactly what an unlimited Prometheus
-    gives for the same history. Under a limit below one series' two days, the instant owner queries (which a
-    time split cannot shrink) are refused: the pass fails with the backend's reason, no batches."""
+        world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture, read_api: str) -> None:
+    """Range queries: a Prometheus whose --query.max-samples refuses the shop's range queries over two days at
+    a 60 s step (5 pods x 2,880 steps; its instant queries load at most one series' 2 days at a time, under the
+    limit): the source halves its time chunks until the answers fit and reads exactly what an unlimited
+    Prometheus gives for the same history. Under a limit below one series' two days, the instant owner queries
+    (which a time split cannot shrink) are refused: the pass fails with the backend's reason, no batches.
+    Remote read: --storage.remote.read-sample-limit refuses the reads of the same two days (a 400, "exceeded
+    sample limit") until they are cut into pieces under it; under a limit smaller than the smallest piece the
+    source makes (64 of them), the pass fails with that reason."""
     path = tmp_path / "shop.om"
     with path.open("w") as out:
         write_openmetrics(out, [c for c in world.containers if c.namespace == world.shop], now_s=world.now_s,
                           days=DAYS, step_s=GRID_S)
     start, end = world.now_s - 2 * 86400, world.now_s
-    expected = _source(world.url, step_s=60).history([world.shop], start, end)
-    for limit, fits in ((6000, True), (2500, False)):
-        strict = LocalPrometheus(tmp_path / f"strict-{limit}", extra_flags=[f"--query.max-samples={limit}"])
+    expected = _source(world.url, step_s=60, read_api=read_api).history([world.shop], start, end)
+    flag, limits, refusal = (
+        ("--storage.remote.read-sample-limit", (6000, 100), "exceeded sample limit") if read_api == "remote-read"
+        else ("--query.max-samples", (6000, 2500), "too many samples"))
+    for limit, fits in zip(limits, (True, False), strict=True):
+        strict = LocalPrometheus(tmp_path / f"strict-{limit}", extra_flags=[f"{flag}={limit}"])
         strict.backfill(path)
         strict.start()
         try:
-            source = _source(strict.url, step_s=60)
+            source = _source(strict.url, step_s=60, read_api=read_api)
             if not fits:
-                with pytest.raises(QueryTooLargeError, match="too many samples"):
+                with pytest.raises(QueryTooLargeError, match=refusal):
                     source.history([world.shop], start, end)
                 continue
             got = source.history([world.shop], start, end)
@@ -381,11 +436,13 @@ def test_requests_in_flight_sized_to_the_real_server(world: World) -> None:
         assert np.array_equal(got[key].cpu_cores.values, batch.cpu_cores.values)
 
 
-def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("read_api", READ_APIS)
+def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World, caplog: pytest.LogCaptureFixture,
+                                                            read_api: str) -> None:
     registry = CollectorRegistry()
     start, end = world.now_s - 2 * 3600, world.now_s
-    batch = _source(world.url, registry).history([world.bad], start, end)[_key(world.bad, "StatefulSet", "bad")]
+    batch = _source(world.url, registry, read_api=read_api).history([world.bad], start, end)[
+        _key(world.bad, "StatefulSet", "bad")]
     steps = start + STEP_S * np.arange(1, 25, dtype=np.float64)  # 24 steps in (start, end]
     kept = [t for k, t in enumerate(steps, start=1) if k not in BAD_WINDOWS]
     assert batch.memory_peak_bytes.timestamps_s.tolist() == kept  # three steps missing, none zero-filled
@@ -399,14 +456,22 @@ def test_invalid_samples_are_dropped_and_counted_never_zeroed(world: World,
 
 def test_hostile_namespace_selects_only_itself(world: World) -> None:
     registry = CollectorRegistry()
-    source = _source(world.url, registry)
+    source = _source(world.url, registry, read_api="auto")
     hostile = 'a"}or{__name__=~".+'
     # Had a value escaped its literal (or its regex), the matcher would select every series, the shop's
     # included. Both the single-value (=) and the several-values (=~) forms are tried.
     for namespaces in ([hostile], [hostile, ".*", "src-.*"]):
         assert source.history(namespaces, world.now_s - 86400, world.now_s) == {}
-    # The query ran and succeeded (an error would have raised): one series listing per pass, no more.
+    # The query ran and succeeded (an error would have raised): one series listing per pass, no more (with
+    # nothing listed, not even the remote-read probe).
     assert source.request_count == 2 and _requests(registry, "series", "ok") == 2
+    # The same values as remote-read matchers (only the regex layer of escaping) select nothing either.
+    raw = _source(world.url)
+    for namespaces in ([hostile], [hostile, ".*", "src-.*"]):
+        scope = promql.Scope(namespaces=tuple(namespaces))
+        form = raw._read_form(scope, "container_cpu_usage_seconds_total",
+                              GridRange(first_s=world.now_s - 3600, last_s=world.now_s, step_s=STEP_S), STEP_S)
+        assert raw._transport.decode_read(raw._transport.fetch(*form)) == [[]]
 
 
 def test_stopped_prometheus_raises_temporary_error(world: World, prometheus: LocalPrometheus) -> None:
