@@ -1,8 +1,8 @@
 """Listing a kind from the API server: one paged raw list, failures classified once.
 
-Owns ``Listing`` (which kind to list: API group, resource, and the client function; ``builtin_listing`` and
-``custom_listing`` build one from the client's functions, ``builtin_listings`` the built-in kinds the halves
-read) and ``list_raw``, which pages through a list with
+Owns ``Listing`` (which kind to list: API group, resource, and the client function; ``builtin_listing`` builds
+one from the kind's API path, ``custom_listing`` from ``CustomObjectsApi``, ``builtin_listings`` the built-in kinds
+the halves read) and ``list_raw``, which pages through a list with
 ``_preload_content=False`` and returns plain JSON items (no model parsing: 10,000 pods cost a
 ``json.loads``). Failures become the ``KubeError`` tree
 (``TemporaryKubeError``: retry later; ``PermanentKubeError``: fix something); a 403 names the RBAC verb,
@@ -53,12 +53,47 @@ class Listing:
     """(connect, read) timeout of each page; None: wait as long as the server takes."""
 
 
-def builtin_listing(group: str, resource: str, namespaced: Callable[..., Any], every: Callable[..., Any],
-                    **options: Any) -> Listing:
-    """A built-in kind from its two client functions: ``list_namespaced_<kind>`` and
-    ``list_<kind>_for_all_namespaces``."""
-    return Listing(group=group, resource=resource, **options,
-                   call=lambda *ns, **kw: namespaced(*ns, **kw) if ns else every(**kw))
+def _query_name(kwarg: str) -> str:
+    """A list call's keyword as its query parameter: ``label_selector`` is ``labelSelector``, ``_continue`` is
+    ``continue`` (the generated client's own mapping)."""
+    head, *rest = kwarg.lstrip("_").split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def path_call(api_client: client.ApiClient, path: str, namespaced_path: str | None) -> Callable[..., Any]:
+    """A list function called like the generated client's ``list_namespaced_<kind>(namespace, **kw)`` /
+    ``list_<kind>_for_all_namespaces(**kw)`` with ``_preload_content=False``, built on the ``ApiClient`` alone: a
+    GET of ``path`` (or of ``namespaced_path`` with a namespace), its keywords sent as query parameters,
+    ``_request_timeout`` honoured, the raw urllib3 response returned (``list_raw`` reads its JSON, ``watch.Watch``
+    streams it), and a non-2xx answer raised as ``ApiException``. The generated API classes are not imported: importing
+    ``CoreV1Api`` alone builds some 300 pydantic model classes, about a second of every command's start, for
+    answers that are read as JSON anyway (``list_raw``). This follows the generated functions (e.g.
+    ``CoreV1Api._list_namespaced_pod_serialize``: Accept application/json, auth setting BearerToken)."""
+    def call(*namespace: str, _preload_content: bool = False, _request_timeout: Any = None, **kw: Any) -> Any:
+        if _preload_content:
+            raise ValueError("a path call returns the raw response only (_preload_content=False)")
+        if namespace and namespaced_path is None:
+            raise ValueError(f"{path} is not namespaced")
+        query = [(_query_name(k), v) for k, v in kw.items() if v is not None]
+        request = api_client.param_serialize(
+            "GET", namespaced_path if namespace else path, path_params={"namespace": namespace[0]} if namespace else {},
+            query_params=query, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = api_client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= response.status <= 299:
+            response.read()  # type: ignore[no-untyped-call]
+            raise client.ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+    return call
+
+
+def builtin_listing(api_client: client.ApiClient, group: str, version: str, resource: str, *,
+                    namespaced: bool = True, **options: Any) -> Listing:
+    """A built-in kind by its API path (``path_call``): ``/api/v1/pods`` for the core group,
+    ``/apis/<group>/<version>/<resource>`` otherwise, and under ``namespaces/{namespace}/`` for one namespace."""
+    base = "/api/v1" if not group else f"/apis/{group}/{version}"
+    namespaced_path = f"{base}/namespaces/{{namespace}}/{resource}" if namespaced else None
+    return Listing(group=group, resource=resource, namespaced=namespaced, **options,
+                   call=path_call(api_client, f"{base}/{resource}", namespaced_path))
 
 
 def custom_listing(custom: Any, group: str, version: str, plural: str, **options: Any) -> Listing:
@@ -72,32 +107,14 @@ def custom_listing(custom: Any, group: str, version: str, plural: str, **options
 
 def builtin_listings(api_client: client.ApiClient) -> dict[str, Listing]:
     """The built-in kinds the halves list, by kind; each half takes the ones it reads and adds its own."""
-    core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
-    hpa, discovery = client.AutoscalingV2Api(api_client), client.DiscoveryV1Api(api_client)
-    return {
-        "Pod": builtin_listing("", "pods", core.list_namespaced_pod, core.list_pod_for_all_namespaces),
-        "Node": Listing(group="", resource="nodes", call=core.list_node, namespaced=False),
-        "LimitRange": builtin_listing("", "limitranges", core.list_namespaced_limit_range,
-                                      core.list_limit_range_for_all_namespaces),
-        "Deployment": builtin_listing("apps", "deployments", apps.list_namespaced_deployment,
-                                      apps.list_deployment_for_all_namespaces),
-        "StatefulSet": builtin_listing("apps", "statefulsets", apps.list_namespaced_stateful_set,
-                                       apps.list_stateful_set_for_all_namespaces),
-        "DaemonSet": builtin_listing("apps", "daemonsets", apps.list_namespaced_daemon_set,
-                                     apps.list_daemon_set_for_all_namespaces),
-        "ReplicaSet": builtin_listing("apps", "replicasets", apps.list_namespaced_replica_set,
-                                      apps.list_replica_set_for_all_namespaces),
-        "Job": builtin_listing("batch", "jobs", batch.list_namespaced_job, batch.list_job_for_all_namespaces),
-        "CronJob": builtin_listing("batch", "cronjobs", batch.list_namespaced_cron_job,
-                                   batch.list_cron_job_for_all_namespaces),
-        "ResourceQuota": builtin_listing("", "resourcequotas", core.list_namespaced_resource_quota,
-                                         core.list_resource_quota_for_all_namespaces),
-        "EndpointSlice": builtin_listing("discovery.k8s.io", "endpointslices", discovery.list_namespaced_endpoint_slice,
-                                         discovery.list_endpoint_slice_for_all_namespaces),
-        "HorizontalPodAutoscaler": builtin_listing(
-            "autoscaling", "horizontalpodautoscalers", hpa.list_namespaced_horizontal_pod_autoscaler,
-            hpa.list_horizontal_pod_autoscaler_for_all_namespaces),
-    }
+    kinds = {"Pod": ("", "v1", "pods"), "Node": ("", "v1", "nodes"), "LimitRange": ("", "v1", "limitranges"),
+             "ResourceQuota": ("", "v1", "resourcequotas"), "Deployment": ("apps", "v1", "deployments"),
+             "StatefulSet": ("apps", "v1", "statefulsets"), "DaemonSet": ("apps", "v1", "daemonsets"),
+             "ReplicaSet": ("apps", "v1", "replicasets"), "Job": ("batch", "v1", "jobs"),
+             "CronJob": ("batch", "v1", "cronjobs"), "EndpointSlice": ("discovery.k8s.io", "v1", "endpointslices"),
+             "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers")}
+    return {kind: builtin_listing(api_client, group, version, resource, namespaced=kind != "Node")
+            for kind, (group, version, resource) in kinds.items()}
 
 
 def _forbidden(listing: Listing, namespace: str | None, err: client.ApiException) -> PermanentKubeError:
