@@ -19,7 +19,7 @@ from recommender.engine import EngineConfig
 from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, check_risk
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, at_risk, get_strategy
 from recommender.model.types import HistoryPlan, Strategy
-from recommender.sources.config import PrometheusConfig
+from recommender.sources.config import READ_APIS, PrometheusConfig
 
 
 def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True, *, plan: bool = True) -> None:
@@ -49,6 +49,11 @@ def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True, *, p
                         "Prometheus reports on its runtimeinfo page, 1 to 4, and 1 for a backend without that page; "
                         "at 1 each goes after the one before, while its answer is decoded; more uses more of the "
                         "backend's cores and holds up to N answers in memory; the number of queries stays the same")
+    g.add_argument("--prometheus-read-api", choices=READ_APIS, default="auto",
+                   help="how full-resolution samples are read: remote-read (/api/v1/read: the stored samples, "
+                        "about a tenth of Prometheus's CPU), promql (range queries), or auto (the default): remote "
+                        "read where the backend answers a one-millisecond probe read (Prometheus, Mimir), range "
+                        "queries where it does not (Thanos Query, VictoriaMetrics)")
     if not plan:
         return
     g.add_argument("--full-resolution", action="store_true",
@@ -136,7 +141,8 @@ def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
         client_key_file=args.prometheus_client_key, insecure_skip_verify=args.prometheus_insecure_skip_verify,
         extra_headers=_headers(args.prometheus_header), cluster_label=args.cluster_label,
         cluster_value=args.cluster_value, timeout_s=args.prometheus_timeout, step_s=int(args.step),
-        scrape_interval_s=args.scrape_interval, requests_in_flight=args.prometheus_requests_in_flight)
+        scrape_interval_s=args.scrape_interval, requests_in_flight=args.prometheus_requests_in_flight,
+        read_api=args.prometheus_read_api)
     try:
         return PrometheusConfig(**kwargs)
     except ValueError as err:
