@@ -78,11 +78,26 @@ def distribution(values: FloatArray, references: Iterable[int | None]) -> Distri
     the reference amounts (request, limit, recommendation), so the chart can draw them all."""
     if values.size == 0:
         return None
-    p50, p90, p95, p99 = (float(x) for x in np.percentile(values, [50, 90, 95, 99]))
-    high = float(values.max())
+    # One sort answers both: the percentiles as np.percentile's default (linear) method computes them (to the
+    # last bits of a float), and the counts as np.histogram over [0, top] does (bins closed on the left, the
+    # last one on both sides, edges from linspace); tests/unit/test_report_build.py compares both with numpy's.
+    ordered = np.sort(values)
+    n = ordered.size
+    q = np.array([0.50, 0.90, 0.95, 0.99])
+    at = n * q + (1 - q) - 1  # numpy's virtual index for the linear method, in its own order of operations
+    below = np.clip(np.floor(at), 0, n - 1).astype(np.int64)
+    above = np.minimum(below + 1, n - 1)
+    frac = at - np.floor(at)
+    lower, upper = ordered[below], ordered[above]
+    quantiles = np.where(frac >= 0.5, upper - (upper - lower) * (1 - frac), lower + (upper - lower) * frac)
+    p50, p90, p95, p99 = (float(x) for x in quantiles)
+    high = float(ordered[-1])
     top = max([high, *(float(r) for r in references if r is not None)]) * 1.05 or 1.0
-    counts, _ = np.histogram(values, bins=HISTOGRAM_BINS, range=(0.0, top))
-    return Distribution(samples=int(values.size), p50=p50, p90=p90, p95=p95, p99=p99, max=high, top=top,
+    edges = np.linspace(0.0, top, HISTOGRAM_BINS + 1)
+    cuts = np.searchsorted(ordered, edges, side="left")
+    cuts[-1] = np.searchsorted(ordered, top, side="right")
+    counts = np.diff(cuts)
+    return Distribution(samples=int(n), p50=p50, p90=p90, p95=p95, p99=p99, max=high, top=top,
                         counts=tuple(int(c) for c in counts))
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podtailor.resources import Resources
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerPolicy
-from recommender.report.build import BuildConfig, build_report, pod_hours_per_month
+from recommender.report.build import HISTOGRAM_BINS, BuildConfig, build_report, distribution, pod_hours_per_month
 from recommender.report.pricing import Prices, PriceSheet
 from recommender.report.types import Disruption, Inventory, NodeInfo, Report, Risk, Role
 from tests.builders.report import DAY, NOW, Gi, Mi, batch, cur, key, sample_inputs, sample_report, spec, workload
@@ -168,3 +170,18 @@ def test_a_summary_counts_as_the_steps_it_stands_for_in_the_usage_shown() -> Non
     assert shown is not None and shown.observed_pod_hours == 48 + 24 and shown.oom_kills == 2
     assert shown.throttled_fraction == 0.5 * 48 * 60 / (48 * 60 + 1440)
     assert shown.cpu_millicores is not None and shown.cpu_millicores.max == 800
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1e12), st.integers(0, 50).map(float)), min_size=1, max_size=300),
+       st.lists(st.one_of(st.none(), st.integers(0, 2**40)), max_size=4))
+def test_distribution_is_numpys_percentiles_and_histogram(values: list[float], refs: list[int | None]) -> None:
+    """The one-sort distribution gives what np.percentile (linear) gives, to the last bits of a float (numpy
+    orders its interpolation's operations its own way), and exactly the counts of np.histogram over [0, top]."""
+    array = np.array(values)
+    got = distribution(array, refs)
+    assert got is not None
+    want = np.percentile(array, [50, 90, 95, 99])
+    assert [got.p50, got.p90, got.p95, got.p99] == pytest.approx(want.tolist(), rel=1e-12, abs=1e-300)
+    counts, _ = np.histogram(array, bins=HISTOGRAM_BINS, range=(0.0, got.top))
+    assert list(got.counts) == counts.tolist() and got.max == array.max() and got.samples == array.size
