@@ -183,11 +183,14 @@ class _RecordingSession(requests.Session):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sent: list[tuple[str, list[tuple[str, str]]]] = []
+        self.sent: list[tuple[str, Any, dict[str, str]]] = []
         self.http_s = 0.0
 
     def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
-        self.sent.append((str(url), [(str(k), str(v)) for k, v in kwargs.get("data") or []]))
+        data = kwargs.get("data") or []
+        body = data.hex() if isinstance(data, bytes) else [(str(k), str(v)) for k, v in data]  # a remote read: hex
+        headers = {k: str(v) for k, v in (kwargs.get("headers") or {}).items() if k.startswith(("Content-", "X-"))}
+        self.sent.append((str(url), body, headers))
         t0 = time.monotonic()
         try:
             return super().request(method, url, *args, **kwargs)
@@ -260,9 +263,10 @@ def _bare(sent: Sequence[Sequence[Any]], timeout_s: float) -> tuple[float, int]:
     seconds spent in the HTTP round trips (bodies read, not decoded) and bytes received."""
     total, received = 0.0, 0
     with requests.Session() as session:
-        for url, form in sent:
+        for url, form, headers in sent:
             t0 = time.monotonic()
-            response = session.post(url, data=[tuple(pair) for pair in form], timeout=timeout_s)
+            data = bytes.fromhex(form) if isinstance(form, str) else [tuple(pair) for pair in form]
+            response = session.post(url, data=data, headers=headers, timeout=timeout_s)
             body = response.content
             total += time.monotonic() - t0
             if response.status_code != 200:
@@ -405,7 +409,8 @@ def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
             + ", ".join(f"{c} at {workloads[n]:,} Deployments" for n, c in counts.items()) + " | "
             + ("met: equal |" if same else
                ("met by the formula, not equal" if all(c == 1 for _, c in shapes.values()) else "**not met**")
-               + ": requests = 1 series + S scopes x (3 owner + 4 range x C time chunks), (S, C) = "
+               + ": requests = 1 remote-read probe + 1 series + S scopes x (4 instant + 4 remote reads x C time "
+               "chunks), (S, C) = "
                + ", ".join(f"({shapes[n][0]}, {shapes[n][1]})" for n in counts)
                + ": S follows containers / 5,000 (namespace batches under `max_series_per_query`, which caps a "
                "query's length), C the containers of the biggest scope x steps / "
@@ -415,11 +420,12 @@ def _report(sizes: dict[int, SizeResult], load_before: str) -> str:
 
 
 def _shape(sent: Sequence[Sequence[Any]]) -> tuple[int, int]:
-    """(scopes, time chunks) of a cold pass from the requests it sent: 3 owner queries per scope and 4 range
-    queries per scope and chunk (no OOM kills in this fleet, so no OOM follow-ups)."""
-    endpoints = [str(url).rsplit("/", 1)[-1] for url, _ in sent]
-    scopes = endpoints.count("query") // 3
-    return scopes, endpoints.count("query_range") // (4 * max(1, scopes))
+    """(scopes, time chunks) of a cold pass from the requests it sent: 3 owner queries and 1 for OOM counters
+    above zero per scope, 4 remote reads per scope and chunk after one probe read (no OOM kills in this fleet,
+    so no OOM follow-ups)."""
+    endpoints = [str(item[0]).rsplit("/", 1)[-1] for item in sent]
+    scopes = endpoints.count("query") // 4
+    return scopes, (endpoints.count("read") - 1) // (4 * max(1, scopes))
 
 
 def run(sizes: Sequence[int], rounds: int, timeout_s: float) -> str:

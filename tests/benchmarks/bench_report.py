@@ -50,10 +50,9 @@ from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Daily
 
 NAMESPACES = 20
-IN_FLIGHT = (2, 4)
 STEP_S = 300
 MI = 2**20
-HISTORY = "sparse"
+HISTORY = "remote"
 """The variant the report itself runs (default settings): its batches feed the later stages."""
 TOUCH, KRR = "touch_1", "krr"
 """The floors the goals compare the report with."""
@@ -71,19 +70,17 @@ def _krr_answers(answer: Any) -> str:
 
 
 VARIANTS: tuple[Variant, ...] = (
-    Variant(key="dense", short="full resolution", read=source_read(sparse_signals=False), same_as=HISTORY,
-            label="usage history at full resolution (sparse signals off), 1 query in flight"),
-    Variant(key=HISTORY, short="the report's read", read=source_read(), relative_to="dense",
-            label="usage history (PrometheusSource.history, the default: sparse signals), 1 query in flight"),
-    Variant(key="planned", short="planned read", read=source_read("podtailor"), relative_to=HISTORY,
-            label="usage history as the podtailor strategy's plan asks (last 3 days at the step, hourly summaries "
-                  "before), 1 query in flight"),
-    Variant(key="planned_4", short="planned read, 4 in flight", read=source_read("podtailor", requests_in_flight=4),
-            relative_to="planned", same_as="planned", same_requests=True,
-            label="usage history as the plan asks, 4 queries in flight"),
-    *(Variant(key=f"sparse_{k}", short=f"{k} in flight", read=source_read(requests_in_flight=k),
-              relative_to=HISTORY, same_as=HISTORY, same_requests=True,
-              label=f"usage history, {k} queries in flight (same requests and answers)") for k in IN_FLIGHT),
+    Variant(key=HISTORY, short="the report's read", read=source_read("podtailor", requests_in_flight=None),
+            label="usage history as the report reads it (the podtailor plan: 3 days at the step, hourly summaries "
+                  "before; CPU, working set and CFS counters by remote read; queries in flight sized to the "
+                  "server)"),
+    Variant(key="promql", short="PromQL", read=source_read("podtailor", requests_in_flight=None, read_api="promql"),
+            relative_to=HISTORY, same_as=HISTORY,
+            label="the same read through range queries (`read_api` promql, the path for Thanos and VictoriaMetrics)"),
+    Variant(key="before", short="the read before #22", read=source_read(sparse_signals=False, read_api="promql"),
+            relative_to=HISTORY,
+            label="the read before issue #22: range queries at full resolution, every OOM counter and throttled "
+                  "fraction at every step, 1 in flight"),
     Variant(key=TOUCH, short="touch floor", read=touch_every_sample(1), describe=_samples,
             label="floor: touch every sample once (`count_over_time(m[history])` per metric, all series, the "
                   "report's matchers), 1 in flight"),
@@ -295,13 +292,14 @@ def table(facts: str, workloads: int, days: float, create_s: float, backfill_s: 
         f"(fleet created in {create_s:.1f} s, backfilled in {backfill_s:.1f} s). {with_history} of "
         f"{len(doc['workloads'])} workloads had history in the report; {staged[0]['throttled_containers']} "
         "containers were throttled at some step.", "",
-        f"Requests per report: **{doc['requests']['prometheus']} to Prometheus** (1 series + per namespace batch "
-        f"3 owner queries, 1 for containers with OOM kills and 3 range queries; none per workload; KRR's measured "
-        f"formula 6 + 7 N gives {6 + 7 * workloads}; the KRR-shaped floor sends only its {krr} = 7 N per-workload "
-        f"queries) and **{doc['requests']['kubernetes']} to the API server** (one list per kind). Every history "
-        f"read below ran once per repeat ({len(staged)} repeats), in an order rotated from one repeat to the "
-        "next, against the same Prometheus; Prometheus CPU is its own `process_cpu_seconds_total` before and "
-        "after.", "",
+        f"Requests per report: **{doc['requests']['prometheus']} to Prometheus** (1 runtimeinfo page, 1 remote-read "
+        "probe, 1 series; per namespace batch 3 owner queries and 1 for containers with OOM kills; per batch and "
+        "time chunk 4 remote reads, and 3 range queries for hourly summaries of older history; none per workload; "
+        f"KRR's measured formula 6 + 7 N gives {6 + 7 * workloads}; the KRR-shaped floor sends only its {krr} = 7 N "
+        f"per-workload queries) and **{doc['requests']['kubernetes']} to the API server** (one list per kind). "
+        f"Every history read below ran once per repeat ({len(staged)} repeats), in an order rotated from one "
+        "repeat to the next, against the same Prometheus; Prometheus CPU is its own `process_cpu_seconds_total` "
+        "before and after.", "",
         "| measurement | median | Prometheus CPU | requests | runs; notes |", "|---|---|---|---|---|", *rows, "",
         "The KRR-shaped floor sends, per workload, KRR 1.29's `simple`-strategy queries for a one-container "
         "Deployment with its pod regex (the pod the backfill wrote), `by (container, pod, job)` although our series "
@@ -312,16 +310,32 @@ def table(facts: str, workloads: int, days: float, create_s: float, backfill_s: 
         "### The report against the floors (medians of this run)", "",
         "| | wall | Prometheus CPU | vs KRR-shaped floor | vs touch floor, 1 in flight | vs touch floor, 5 at once |",
         "|---|---|---|---|---|---|", *against, "", *goal_lines(wall, cpu)])
+def _sizes(text: str) -> list[tuple[int, float]]:
+    """``--sizes``: comma-separated WORKLOADSxDAYS, e.g. ``1000x8,10000x2``."""
+    try:
+        out = [(int(w), float(d)) for w, d in (item.split("x") for item in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want WORKLOADSxDAYS[,...], e.g. 1000x8, not {text[:40]!r}") from None
+    if not out or any(w < 1 or not 0 < d <= 30 for w, d in out):
+        raise argparse.ArgumentTypeError("workloads must be at least 1 and days in (0, 30]")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workloads", type=int, default=1000)
-    parser.add_argument("--days", type=float, default=2.0,
-                        help="days of history (issue #22 measures 8; at 1,000 workloads 8 days took 16 min here "
-                             "with one repeat, most of it the backfill and the reads, so 2 is the default)")
-    parser.add_argument("--repeats", type=int, default=4,
+    parser.add_argument("--sizes", type=_sizes, default=_sizes("1000x8,10000x2"),
+                        help="fleets to measure, WORKLOADSxDAYS of history (default: %(default)s printed as pairs; "
+                             "10,000 workloads get 2 days because their 8-day backfill alone would take about an "
+                             "hour here)")
+    parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each measurement (the history variants rotate their order)")
     args = parser.parse_args(argv)
-    write_section("report", f"Report over {args.workloads} workloads", run(args.workloads, args.days, args.repeats))
+    parts = []
+    for workloads, days in args.sizes:
+        print(f"report bench: {workloads} workloads, {days:g} days", flush=True)
+        parts += [f"### {workloads:,} workloads, {days:g} days of history", "",
+                  run(workloads, days, args.repeats if workloads <= 1000 else max(1, args.repeats - 1)), ""]
+    write_section("report", "Report against its floors", "\n".join(parts).rstrip())
 
 
 if __name__ == "__main__":
