@@ -9,8 +9,11 @@ VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends
    so pods that are gone still map to their workload), and one for the containers whose OOM counter is
    above zero somewhere in the pass (``sparse_signals``, the default);
 3. per scope and time chunk: three range queries (CPU rate, memory peak per step, CFS throttling only where
-   it is above zero); then, only for a scope with containers whose OOM counter is above zero, their counter
-   per chunk, plus two (memory limits and requests) only for chunks in which an OOM kill was seen.
+   it is above zero) or, where the backend serves remote read (``read_api``, asked once with a one-millisecond
+   probe read), four remote reads of the stored samples (the CPU counter, the working set and the two CFS
+   counters), turned into the same per-step values by ``raw_grid``; then, only for a scope with containers
+   whose OOM counter is above zero, their counter per chunk, plus two (memory limits and requests) only for
+   chunks in which an OOM kill was seen.
 
 A strategy's ``HistoryPlan`` (``plan``) splits the pass in time (``grid.split_grid``): the part older than
 its full-resolution window is read as one summary per hour (the mean CPU rate over the hour, the peak working
@@ -18,7 +21,8 @@ set, the throttled share over the hour, the OOM counter at hourly steps), a twel
 5-minute step; its samples come back as each batch's ``summary``. Its chunks are counted in C below.
 
 So requests = 1 + S x (4 + 3 C) + C x (scopes with an OOM counter above zero) + 2 x (chunks with an OOM
-kill), with S = scopes and C = chunks, and no term in the number of workloads or pods. Without
+kill), with S = scopes and C = chunks (4 C with remote read, plus its probe once per source), and no term in
+the number of workloads or pods. Without
 ``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill), every counter at every step.
 They go out in order, at most ``requests_in_flight`` at once (default 1:
 one at a time), each while the answer before it is decoded (``_Wire``), with the garbage collector paused
