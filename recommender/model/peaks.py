@@ -41,12 +41,20 @@ def split_at(samples: SortedSamples, timestamp_s: float) -> tuple[SortedSamples,
 
 
 class IntervalPeaks:
-    """One memory peak per aggregation interval in a decaying histogram (VPA semantics)."""
+    """One memory peak per aggregation interval in a decaying histogram (VPA semantics).
 
-    __slots__ = ("hist", "interval_s", "last_sample_s", "oom_peak", "usage_peak", "window_end_s")
+    VPA starts the first interval at the first sample (model/container.go, ``addMemorySample``: the first
+    sample's time is the window's end, later windows follow it by whole intervals). With ``aligned`` the
+    intervals are whole multiples of the interval instead (hours at 3600 s), so the peaks do not depend on
+    where a history happens to start: a history read with hourly summaries of its older part (one per hour,
+    one step before each whole hour) gives the same hourly peaks as the same history read at full
+    resolution, which a first sample at another time would shift by up to an hour."""
 
-    def __init__(self, hist: DecayingHistogram, interval_s: float) -> None:
+    __slots__ = ("aligned", "hist", "interval_s", "last_sample_s", "oom_peak", "usage_peak", "window_end_s")
+
+    def __init__(self, hist: DecayingHistogram, interval_s: float, *, aligned: bool = False) -> None:
         self.hist = hist
+        self.aligned = aligned
         self.interval_s = float(interval_s)
         self.window_end_s: float | None = None
         self.usage_peak = 0.0
@@ -87,7 +95,7 @@ class IntervalPeaks:
         if ts.size == 0:
             return
         if self.window_end_s is None:
-            self.window_end_s = float(ts[0])
+            self.window_end_s = self._first_end(float(ts[0]))
         current = ts < self.window_end_s
         if np.any(current):
             self._raise_current(usage=float(vals[current].max()))
@@ -100,7 +108,7 @@ class IntervalPeaks:
         if self.last_sample_s is not None and timestamp_s < self.last_sample_s - self.interval_s:
             return False
         if self.window_end_s is None:
-            self.window_end_s = timestamp_s
+            self.window_end_s = self._first_end(timestamp_s)
         if timestamp_s < self.window_end_s:
             self._raise_current(oom=needed)
         else:
@@ -108,13 +116,20 @@ class IntervalPeaks:
         self.last_sample_s = max(self.last_sample_s or timestamp_s, timestamp_s)
         return True
 
+    def _first_end(self, timestamp_s: float) -> float:
+        """Where the window before the first sample ends: at the sample (VPA), or at the start of its aligned
+        interval, so that the sample opens the interval it falls in."""
+        return math.floor(timestamp_s / self.interval_s) * self.interval_s if self.aligned else timestamp_s
+
     def to_checkpoint(self) -> dict[str, Any]:
         return {"hist": self.hist.to_checkpoint(), "interval_s": self.interval_s, "window_end_s": self.window_end_s,
-                "usage_peak": self.usage_peak, "oom_peak": self.oom_peak, "last_sample_s": self.last_sample_s}
+                "usage_peak": self.usage_peak, "oom_peak": self.oom_peak, "last_sample_s": self.last_sample_s,
+                "aligned": self.aligned}
 
     @staticmethod
     def from_checkpoint(data: dict[str, Any]) -> IntervalPeaks:
-        peaks = IntervalPeaks(DecayingHistogram.from_checkpoint(data["hist"]), float(data["interval_s"]))
+        peaks = IntervalPeaks(DecayingHistogram.from_checkpoint(data["hist"]), float(data["interval_s"]),
+                              aligned=bool(data.get("aligned", False)))
         peaks.window_end_s = _opt_float(data["window_end_s"])
         peaks.usage_peak = float(data["usage_peak"])
         peaks.oom_peak = float(data["oom_peak"])

@@ -272,7 +272,7 @@ class PodtailorState:
         self.cpu = DecayingHistogram(cpu_scheme, params.cpu_half_life_s)
         self.cpu_fast = DecayingHistogram(cpu_scheme, params.cpu_fast_half_life_s or params.cpu_half_life_s)
         self.memory = IntervalPeaks(DecayingHistogram(mem_scheme, params.memory_half_life_s),
-                                    params.memory_aggregation_interval_s)
+                                    params.memory_aggregation_interval_s, aligned=True)
         self.memory_max = SlotMax(slot_s=params.memory_max_slot_s,
                                   retention_s=params.memory_max_window_s + params.memory_max_slot_s)
         self.oom_bumps: list[tuple[float, float]] = []

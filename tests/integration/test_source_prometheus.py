@@ -362,7 +362,11 @@ def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None
             if not plan.full:
                 assert got.summary is not None and got.summary.cpu_interval_s == 3600.0
                 assert got.cpu_cores.timestamps_s[0] > end - plan.full_resolution_s - 3600.0
-                assert sum(len(k.oom_kills) for k in (got, got.summary)) == len(dense.oom_kills)
+                # The same OOM kills, but for the first hour: its summary also covers the step before the pass's
+                # range (summaries sit one step before each whole hour), so a kill there counts in the planned
+                # read only. The spikes here come every 6 h, so that happens when the hour's now is 0, 6, 12, 18.
+                after_first = [[k for k in b.oom_kills if k.timestamp_s > start + 3600.0] for b in (got, got.summary)]
+                assert sum(map(len, after_first)) == sum(1 for k in dense.oom_kills if k.timestamp_s > start + 3600.0)
             states = [strategy.new_state() for _ in range(2)]
             states[0].add(dense)
             states[1].add(got)

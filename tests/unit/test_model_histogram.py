@@ -194,3 +194,33 @@ def test_decay_keeps_percentiles_when_samples_share_a_timestamp(values: list[flo
     got = [decaying.percentile(p) for p in ps]
     assert got == [plain.percentile(p) for p in ps]
     assert got == sorted(got)  # type: ignore[type-var]
+
+
+
+def test_aligned_interval_peaks_are_the_same_from_a_summary_of_the_first_hour() -> None:
+    """A memory history 00:05..03:55 every 5 minutes, fed as is, and with its first hour replaced by one
+    summary sample at 00:55 holding that hour's peak (as a planned read gives it). Aligned windows are whole
+    hours, so both give the same hourly peaks and the same histogram; VPA's windows start at the first sample
+    (00:05 or 00:55), so the two histories cut the hours differently."""
+    from recommender.model.peaks import IntervalPeaks, SortedSamples
+
+    t0 = 1_790_000_000 // 3600 * 3600.0
+    times = t0 + 300.0 * np.arange(1, 48)  # 00:05 .. 03:55
+    values = np.array([100.0 + (i * 37) % 50 for i in range(times.size)])
+    first_hour = times < t0 + 3600.0
+    summary_times = np.concatenate([[t0 + 3300.0], times[~first_hour]])
+    summary_values = np.concatenate([[values[first_hour].max()], values[~first_hour]])
+
+    def weights(ts: np.ndarray, vs: np.ndarray, aligned: bool) -> np.ndarray:
+        peaks = IntervalPeaks(DecayingHistogram(BucketScheme(first_bucket_size=1.0, ratio=1.02, max_value=1e6),
+                                                48 * 3600.0), 3600.0, aligned=aligned)
+        peaks.add(SortedSamples(timestamps_s=ts, values=vs))
+        return peaks.hist.hist.weights
+
+    np.testing.assert_allclose(weights(times, values, True), weights(summary_times, summary_values, True), rtol=1e-12)
+    assert not np.allclose(weights(times, values, False), weights(summary_times, summary_values, False))
+    # The aligned peaks are the hours' own: 00-01, 01-02, 02-03 and the open 03-04.
+    hourly = [values[(times >= t0 + h * 3600) & (times < t0 + (h + 1) * 3600)].max() for h in range(4)]
+    scheme = BucketScheme(first_bucket_size=1.0, ratio=1.02, max_value=1e6)
+    expected = set(scheme.find_buckets(np.array(hourly)).tolist())
+    assert set(np.flatnonzero(weights(times, values, True)).tolist()) == expected
