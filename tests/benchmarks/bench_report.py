@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from tests.nodesim.usage import Daily
 
 NAMESPACES = 20
 STEP_S = 300
+"""The step the report reads at, and the history's sample interval, unless a size says otherwise."""
 MI = 2**20
 HISTORY = "remote"
 """The variant the report itself runs (default settings): its batches feed the later stages."""
@@ -120,7 +122,30 @@ def create_fleet(api: client.ApiClient, fleet: list[Workload]) -> None:
         list(pool.map(create, fleet))
 
 
-def backfill(prom: LocalPrometheus, fleet: list[Workload], days: float, end_s: float, tmp: Path) -> float:
+@dataclass(frozen=True, slots=True)
+class Size:
+    """One fleet to measure: workloads, days of history, and the scrape interval and step (5 min both by
+    default; a 30 s scrape is read at a 1-minute step)."""
+
+    workloads: int
+    days: float
+    scrape_s: int = STEP_S
+
+    @property
+    def step_s(self) -> int:
+        return STEP_S if self.scrape_s == STEP_S else 2 * self.scrape_s
+
+    @property
+    def key(self) -> str:
+        return f"{self.workloads}x{self.days:g}" + ("" if self.scrape_s == STEP_S else f"@{self.scrape_s}")
+
+    def describe(self) -> str:
+        return (f"{self.workloads:,} workloads, {self.days:g} days of history"
+                + ("" if self.scrape_s == STEP_S else f", a {self.scrape_s} s scrape read at a {self.step_s} s step"))
+
+
+def backfill(prom: LocalPrometheus, fleet: list[Workload], days: float, end_s: float, tmp: Path,
+             scrape_s: int = STEP_S) -> float:
     rows = [ExportContainer(namespace=w.namespace, pod=w.pods[0], container=w.container, node="n1",
                             model=Daily(cpu_cores=0.1 + (i % 10) * 0.05, cpu_amplitude_cores=0.05,
                                         memory_bytes=(100 + (i % 7) * 40) * MI, memory_amplitude_bytes=20 * MI,
@@ -131,18 +156,19 @@ def backfill(prom: LocalPrometheus, fleet: list[Workload], days: float, end_s: f
             for i, w in enumerate(fleet)]
     path = tmp / "fleet.om"
     with path.open("w") as out:
-        write_openmetrics(out, rows, now_s=end_s, days=days, step_s=STEP_S, substeps=2)
+        write_openmetrics(out, rows, now_s=end_s, days=days, step_s=scrape_s, substeps=2 if scrape_s >= 60 else 1)
     return prom.backfill(path)
 
 
-def cli(kubeconfig: str, url: str, fmt: str, out: Path, days: float) -> tuple[float, float]:
+def cli(kubeconfig: str, url: str, fmt: str, out: Path, size: Size) -> tuple[float, float]:
     """The report as a user runs it, in a fresh process: (wall seconds, Prometheus CPU seconds)."""
     code = ("import sys, argparse; from recommender.report.cli import add_report_parser, run_report; "
             "p = argparse.ArgumentParser(); add_report_parser(p.add_subparsers(dest='c')); "
             "sys.exit(run_report(p.parse_args(['report', *sys.argv[1:]])))")
     cpu0, t0 = prometheus_cpu_s(url), time.monotonic()
     done = subprocess.run([sys.executable, "-c", code, "--kubeconfig", kubeconfig, "--prometheus-url", url,
-                           "--step", "5m", "--scrape-interval", "5m", "--history", f"{days:g}d", "-o", fmt,
+                           "--step", f"{size.step_s}s", "--scrape-interval", f"{size.scrape_s}s",
+                           "--history", f"{size.days:g}d", "-o", fmt,
                            "--output-file", str(out), "--no-progress"], capture_output=True, text=True,
                           cwd=REPO_ROOT, check=False, timeout=1800)
     wall = time.monotonic() - t0
@@ -151,7 +177,7 @@ def cli(kubeconfig: str, url: str, fmt: str, out: Path, days: float) -> tuple[fl
     return wall, prometheus_cpu_s(url) - cpu0
 
 
-def stages(kubeconfig: str, url: str, fleet: list[Workload], days: float, rotate: int) -> dict[str, Any]:
+def stages(kubeconfig: str, url: str, fleet: list[Workload], size: Size, rotate: int) -> dict[str, Any]:
     """One pass over the stages; the history variants run in ``VARIANTS`` order rotated by ``rotate``, so that
     from one repeat to the next none always runs first (or always finds another's pages in the cache)."""
     from recommender.model.registry import get_strategy
@@ -167,7 +193,8 @@ def stages(kubeconfig: str, url: str, fleet: list[Workload], days: float, rotate
     out["discovery_s"], out["api_requests"] = time.monotonic() - t0, inventory.api_requests
     now = time.time()
     window = Window(url=url, namespaces=tuple(sorted({w.namespace for w in inventory.workloads})),
-                    workloads=tuple(fleet), start_s=now - 120 - days * 86400, end_s=now - 120, step_s=STEP_S)
+                    workloads=tuple(fleet), start_s=now - 120 - size.days * 86400, end_s=now - 120,
+                    step_s=size.step_s, scrape_s=size.scrape_s)
     k = rotate % len(VARIANTS)
     got = {v.key: measure(v, window) for v in VARIANTS[k:] + VARIANTS[:k]}
     check(got)
@@ -209,7 +236,7 @@ def _comparable(answer: Any) -> Any:
                 round(float(b.cpu_throttled_fraction.values.sum()), 6), len(b.oom_kills)) for k, b in answer.items()}
 
 
-def run(workloads: int, days: float, repeats: int) -> str:
+def run(size: Size, repeats: int) -> str:
     facts = machine_facts()  # before the run: its load average is the machine's, not the bench's own
     with tempfile.TemporaryDirectory() as tmp:
         cluster, prom = LocalCluster(Path(tmp) / "c"), LocalPrometheus(Path(tmp) / "p")
@@ -217,19 +244,19 @@ def run(workloads: int, days: float, repeats: int) -> str:
         prom.start()
         try:
             api = config.new_client_from_config(config_file=state.kubeconfig)  # type: ignore[no-untyped-call]
-            fleet = bench_workloads(workloads)
+            fleet = bench_workloads(size.workloads)
             t0 = time.monotonic()
             create_fleet(api, fleet)
             create_s = time.monotonic() - t0
-            backfill_s = backfill(prom, fleet, days, time.time() - 60, Path(tmp))
-            walls = {fmt: [cli(state.kubeconfig, prom.url, fmt, Path(tmp) / f"r.{fmt}", days) for _ in range(repeats)]
+            backfill_s = backfill(prom, fleet, size.days, time.time() - 60, Path(tmp), size.scrape_s)
+            walls = {fmt: [cli(state.kubeconfig, prom.url, fmt, Path(tmp) / f"r.{fmt}", size) for _ in range(repeats)]
                      for fmt in ("json", "html")}
             doc = json.loads((Path(tmp) / "r.json").read_text())
-            staged = [stages(state.kubeconfig, prom.url, fleet, days, rotate=i) for i in range(repeats)]
+            staged = [stages(state.kubeconfig, prom.url, fleet, size, rotate=i) for i in range(repeats)]
         finally:
             prom.stop()
             cluster.stop()
-    return table(facts, workloads, days, create_s, backfill_s, walls, doc, staged)
+    return table(facts, size, create_s, backfill_s, walls, doc, staged)
 
 
 def _med(xs: list[float]) -> float:
@@ -248,7 +275,7 @@ def goal_lines(wall: dict[str, float], cpu: dict[str, float]) -> list[str]:
             for k, limit, name in GOALS]
 
 
-def table(facts: str, workloads: int, days: float, create_s: float, backfill_s: float,
+def table(facts: str, size: Size, create_s: float, backfill_s: float,
           walls: dict[str, list[tuple[float, float]]], doc: dict[str, Any], staged: list[dict[str, Any]]) -> str:
     def med(key: str) -> float:
         return _med([s[key] for s in staged])
@@ -287,16 +314,17 @@ def table(facts: str, workloads: int, days: float, create_s: float, backfill_s: 
     krr = staged[0]["history"][KRR].requests
     return "\n".join([
         facts, "",
-        f"{workloads} Deployments (3 replicas, paused, one container) in {NAMESPACES} namespaces on a private "
-        f"control plane; {days:g} days of history per workload at a 5-minute step in a private Prometheus "
+        f"{size.workloads} Deployments (3 replicas, paused, one container) in {NAMESPACES} namespaces on a private "
+        f"control plane; {size.days:g} days of history per workload, one sample every {size.scrape_s} s, read at "
+        f"a {size.step_s} s step, in a private Prometheus "
         f"(fleet created in {create_s:.1f} s, backfilled in {backfill_s:.1f} s). {with_history} of "
         f"{len(doc['workloads'])} workloads had history in the report; {staged[0]['throttled_containers']} "
         "containers were throttled at some step.", "",
         f"Requests per report: **{doc['requests']['prometheus']} to Prometheus** (1 runtimeinfo page, 1 remote-read "
         "probe, 1 series; per namespace batch 3 owner queries and 1 for containers with OOM kills; per batch and "
         "time chunk 4 remote reads, and 3 range queries for hourly summaries of older history; none per workload; "
-        f"KRR's measured formula 6 + 7 N gives {6 + 7 * workloads}; the KRR-shaped floor sends only its {krr} = 7 N "
-        f"per-workload queries) and **{doc['requests']['kubernetes']} to the API server** (one list per kind). "
+        f"KRR's measured formula 6 + 7 N gives {6 + 7 * size.workloads}; the KRR-shaped floor sends only its {krr} "
+        f"= 7 N per-workload queries) and **{doc['requests']['kubernetes']} to the API server** (one list per kind). "
         f"Every history read below ran once per repeat ({len(staged)} repeats), in an order rotated from one "
         "repeat to the next, against the same Prometheus; Prometheus CPU is its own `process_cpu_seconds_total` "
         "before and after.", "",
@@ -310,32 +338,35 @@ def table(facts: str, workloads: int, days: float, create_s: float, backfill_s: 
         "### The report against the floors (medians of this run)", "",
         "| | wall | Prometheus CPU | vs KRR-shaped floor | vs touch floor, 1 in flight | vs touch floor, 5 at once |",
         "|---|---|---|---|---|---|", *against, "", *goal_lines(wall, cpu)])
-def _sizes(text: str) -> list[tuple[int, float]]:
-    """``--sizes``: comma-separated WORKLOADSxDAYS, e.g. ``1000x8,10000x2``."""
+def _sizes(text: str) -> list[Size]:
+    """``--sizes``: comma-separated WORKLOADSxDAYS[@SCRAPE_S], e.g. ``1000x8,10000x2,1000x2@30``."""
+    out = []
     try:
-        out = [(int(w), float(d)) for w, d in (item.split("x") for item in text.split(","))]
+        for item in text.split(","):
+            head, _, scrape = item.partition("@")
+            workloads, days = head.split("x")
+            out.append(Size(int(workloads), float(days), int(scrape) if scrape else STEP_S))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"want WORKLOADSxDAYS[,...], e.g. 1000x8, not {text[:40]!r}") from None
-    if not out or any(w < 1 or not 0 < d <= 30 for w, d in out):
-        raise argparse.ArgumentTypeError("workloads must be at least 1 and days in (0, 30]")
+        raise argparse.ArgumentTypeError(f"want WORKLOADSxDAYS[@SCRAPE_S][,...], e.g. 1000x8, not {text[:40]!r}"
+                                         ) from None
+    if not out or any(s.workloads < 1 or not 0 < s.days <= 30 or not 1 <= s.scrape_s <= STEP_S for s in out):
+        raise argparse.ArgumentTypeError(f"workloads at least 1, days in (0, 30], a scrape interval in [1, {STEP_S}] s")
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", type=_sizes, default=_sizes("1000x8,10000x2"),
-                        help="fleets to measure, WORKLOADSxDAYS of history (default: %(default)s printed as pairs; "
+    parser.add_argument("--sizes", type=_sizes, default=_sizes("1000x8,10000x2,1000x2@30"),
+                        help="fleets to measure, WORKLOADSxDAYS[@SCRAPE_S] (default: 1000x8,10000x2,1000x2@30: "
                              "10,000 workloads get 2 days because their 8-day backfill alone would take about an "
-                             "hour here)")
+                             "hour here; @30 writes a sample every 30 s and reads it at a 1-minute step)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each measurement (the history variants rotate their order)")
     args = parser.parse_args(argv)
-    parts = []
-    for workloads, days in args.sizes:
-        print(f"report bench: {workloads} workloads, {days:g} days", flush=True)
-        parts += [f"### {workloads:,} workloads, {days:g} days of history", "",
-                  run(workloads, days, args.repeats if workloads <= 1000 else max(1, args.repeats - 1)), ""]
-    write_section("report", "Report against its floors", "\n".join(parts).rstrip())
+    for size in args.sizes:  # one section each, so that one size can be measured again alone
+        print(f"report bench: {size.describe()}", flush=True)
+        body = run(size, args.repeats if size.workloads <= 1000 else max(1, args.repeats - 1))
+        write_section(f"report-{size.key}", f"Report against its floors: {size.describe()}", body)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ class Window:
     start_s: float
     end_s: float
     step_s: int
+    scrape_s: int = 0
+    """The scrape interval the history was written at (0: the step)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,7 +126,8 @@ def source_read(strategy: str | None = None, **config: Any) -> Read:
         from recommender.sources.prometheus import PrometheusSource
 
         plan = None if strategy is None else get_strategy(strategy).history_plan()
-        src = PrometheusSource(PrometheusConfig(url=w.url, step_s=w.step_s, scrape_interval_s=w.step_s, **config),
+        src = PrometheusSource(PrometheusConfig(url=w.url, step_s=w.step_s, scrape_interval_s=w.scrape_s or w.step_s,
+                                                **config),
                                registry=CollectorRegistry(), plan=plan)
         got = src.history(list(w.namespaces), w.start_s, w.end_s)
         return src.request_count, got
