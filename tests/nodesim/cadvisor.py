@@ -188,25 +188,32 @@ def _cadvisor_values(c: ContainerSnapshot) -> list[str]:
     return [c.namespace, c.pod, c.container, c.image, c.runtime_name, c.cgroup_id, c.node]
 
 
+def has_cfs_quota(c: ContainerSnapshot) -> bool:
+    """cAdvisor exports the CFS families only for a container with a CPU quota, i.e. a CPU limit
+    (cadvisor v0.60.5 metrics/prometheus.go: ``condition: s.Cpu.Quota != 0``)."""
+    return c.cpu_limit_millicores is not None
+
+
 def _cadvisor_families(containers: Sequence[ContainerSnapshot]) -> list[Metric]:
-    specs: list[tuple[str, str, bool, Callable[[ContainerSnapshot], float]]] = [
+    specs: list[tuple[str, str, bool, Callable[[ContainerSnapshot], float], Callable[[ContainerSnapshot], bool]]] = [
         ("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", True,
-         lambda c: c.cpu_usage_seconds_total),
+         lambda c: c.cpu_usage_seconds_total, lambda c: True),
         ("container_memory_working_set_bytes", "Current working set in bytes.", False,
-         lambda c: c.memory_working_set_bytes),
+         lambda c: c.memory_working_set_bytes, lambda c: True),
         ("container_cpu_cfs_periods_total", "Number of elapsed enforcement period intervals.", True,
-         lambda c: c.cfs_periods_total),
+         lambda c: c.cfs_periods_total, has_cfs_quota),
         ("container_cpu_cfs_throttled_periods_total", "Number of throttled period intervals.", True,
-         lambda c: c.cfs_throttled_periods_total),
+         lambda c: c.cfs_throttled_periods_total, has_cfs_quota),
         ("container_oom_events_total", "Count of out of memory events observed for the container.", True,
-         lambda c: c.oom_events_total),
+         lambda c: c.oom_events_total, lambda c: True),
     ]
     families: list[Metric] = []
-    for name, doc, is_counter, value in specs:
+    for name, doc, is_counter, value, exported in specs:
         cls = CounterMetricFamily if is_counter else GaugeMetricFamily
         family = cls(name, doc, labels=CADVISOR_LABELS)
         for c in containers:
-            family.add_metric(_cadvisor_values(c), float(value(c)))
+            if exported(c):
+                family.add_metric(_cadvisor_values(c), float(value(c)))
         families.append(family)
     return families
 

@@ -150,6 +150,8 @@ def _spill_container_families(
                   h.cfs_throttled_periods_total, h.oom_events_total)
         labels = _cadvisor_labels(c)
         for spill, (_, _, sample), values in zip(spills, _CONTAINER_FAMILIES, arrays, strict=True):
+            if "_cfs_" in sample and c.cpu_limit_millicores is None:
+                continue  # no CPU quota, no CFS families (cAdvisor's condition, ``cadvisor.has_cfs_quota``)
             written += _write_series(spill, sample, labels, values.tolist(), times)
     return written
 

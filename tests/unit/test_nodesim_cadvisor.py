@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -82,6 +84,19 @@ def test_collector_cadvisor_families() -> None:
     assert families["container_cpu_cfs_periods"][0][2] == 600.0
     assert families["container_cpu_cfs_throttled_periods"][0][2] == 60.0
     assert families["container_oom_events"][0][2] == 1.0
+
+
+def test_collector_exports_cfs_families_only_for_a_cpu_limit() -> None:
+    """cAdvisor's condition (v0.60.5 metrics/prometheus.go: ``s.Cpu.Quota != 0``): no limit, no CFS series."""
+    base = _snapshot()
+    free = replace(base.containers[0], pod="free-1", cpu_limit_millicores=None)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: replace(base, containers=(base.containers[0], free))))
+    text = generate_latest(registry).decode()
+    pods = {f.name: sorted(s.labels["pod"] for s in f.samples) for f in text_string_to_metric_families(text)
+            if f.name.startswith("container_")}
+    assert pods["container_cpu_cfs_periods"] == pods["container_cpu_cfs_throttled_periods"] == ['web-1-x"y']
+    assert pods["container_cpu_usage_seconds"] == ["free-1", 'web-1-x"y']
 
 
 def test_collector_ksm_families() -> None:
