@@ -12,14 +12,16 @@ import argparse
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podtailor.runtime.cli import UsageError, duration_s
-from recommender.engine import EngineConfig
 from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, check_risk
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, at_risk, get_strategy
 from recommender.model.types import HistoryPlan, Strategy
 from recommender.sources.config import READ_APIS, PrometheusConfig
+
+if TYPE_CHECKING:  # the engine (and its Kubernetes adapter) is imported by the commands that run it, not by report
+    from recommender.engine import EngineConfig
 
 
 def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True, *, plan: bool = True) -> None:
@@ -155,6 +157,8 @@ def history_plan(args: argparse.Namespace, strategy: Strategy) -> HistoryPlan | 
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
+    from recommender.engine import EngineConfig
+
     return EngineConfig(recommender_name=args.recommender_name, serve_all=args.serve_all_vpas,
                         history_s=args.history, checkpoint_every_s=args.checkpoint_every,
                         namespaces=tuple(args.namespace))
