@@ -10,6 +10,7 @@ the pod's containers. Numbers are from VPA's code as summarised in /work/shared/
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from recommender.model.common import (
 )
 from recommender.model.histogram import VPA_CPU_BUCKETS, VPA_MEMORY_BUCKETS, DecayingHistogram
 from recommender.model.peaks import IntervalPeaks, sort_samples, split_at
-from recommender.model.policy import Estimate, ResourceEstimate, finalize, no_recommendation, with_floor
+from recommender.model.policy import MAX_RESOURCE_AMOUNT, Estimate, ResourceEstimate, finalize, no_recommendation
 from recommender.model.types import (
     ContainerPolicy,
     ContainerState,
@@ -147,16 +148,37 @@ class VpaState:
         self.total_samples = int(data["total_samples"])
 
 
-def _estimate(hist: DecayingHistogram, params: VpaParams, c: float, floor: float) -> ResourceEstimate | None:
-    target = hist.percentile(params.target_percentile)
-    lower = hist.percentile(params.lower_bound_percentile)
-    upper = hist.percentile(params.upper_bound_percentile)
-    if target is None or lower is None or upper is None:
+def _amount(x: float) -> int:
+    """VPA's ``resourceAmountFromFloat`` (pkg/recommender/model/types.go): a whole number of millicores or bytes,
+    truncated toward zero, at least 0 and at most MaxResourceAmount (1e14)."""
+    if math.isnan(x) or x <= 0:
+        return 0
+    return MAX_RESOURCE_AMOUNT if x >= MAX_RESOURCE_AMOUNT else int(x)
+
+
+def _estimate(hist: DecayingHistogram, params: VpaParams, c: float, *, unit: float, pod_min_units: float,
+              containers: int) -> ResourceEstimate | None:
+    """VPA's estimator chain (pkg/recommender/logic/recommender.go ``CreatePodResourceRecommender``,
+    logic/estimator.go) in its own integer arithmetic: the percentile, an upper bucket edge, becomes whole units
+    (``CPUAmountFromCores``/``MemoryAmountFromBytes``), the margin is added as ``base + ScaleResource(base,
+    margin)``, each bound is ``ScaleResource`` of that by its confidence multiplier, and the per-pod minimum
+    (``ScaleResource(min, 1/containers)``) is the floor; every ``ScaleResource`` truncates. ``unit`` turns the
+    histogram's values into VPA's units (1000 millicores per core, 1 byte per byte); the answer is back in
+    cores or bytes, whole units, which ``finalize`` keeps as they are."""
+    percentiles = (hist.percentile(params.target_percentile), hist.percentile(params.lower_bound_percentile),
+                   hist.percentile(params.upper_bound_percentile))
+    if any(p is None for p in percentiles):
         return None
-    margin = 1.0 + params.margin_fraction
-    est = ResourceEstimate(target=target * margin, lower=lower * margin * lower_multiplier(c),
-                           upper=upper * margin * upper_multiplier(c))
-    return with_floor(est, floor)
+    target, lower, upper = (_amount(p * unit) for p in percentiles if p is not None)
+
+    def with_margin(base: int) -> int:
+        return base + _amount(base * params.margin_fraction)
+
+    floor = _amount(_amount(pod_min_units) * (1.0 / containers))
+    lower_units = _amount(with_margin(lower) * lower_multiplier(c))
+    upper_units = _amount(with_margin(upper) * upper_multiplier(c))
+    return ResourceEstimate(target=max(with_margin(target), floor) / unit, lower=max(lower_units, floor) / unit,
+                            upper=max(upper_units, floor) / unit)
 
 
 class VpaStrategy(StrategyBase[VpaParams, VpaState]):
@@ -186,8 +208,10 @@ class VpaStrategy(StrategyBase[VpaParams, VpaState]):
             return no_recommendation("no history")
         c = state.confidence_days(self.params)
         n = max(policy.containers_in_pod, 1)
-        cpu = _estimate(state.cpu, self.params, c, self.params.pod_min_cpu_millicores / 1000.0 / n)
-        memory = _estimate(state.memory.hist, self.params, c, self.params.pod_min_memory_mib * MIB / n)
+        cpu = _estimate(state.cpu, self.params, c, unit=1000.0, pod_min_units=self.params.pod_min_cpu_millicores,
+                        containers=n)
+        memory = _estimate(state.memory.hist, self.params, c, unit=1.0,
+                           pod_min_units=self.params.pod_min_memory_mib * MIB, containers=n)
         reasons = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
         confidence = float(np.clip(c / self.params.confidence_full_days, 0.0, 1.0))
         return finalize(Estimate(cpu=cpu, memory=memory, confidence=confidence, reasons=reasons),

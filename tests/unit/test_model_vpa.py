@@ -61,16 +61,18 @@ def test_constant_usage_targets() -> None:
     n = 8 * 1440
     state.add(batch(series(n, 60.0, 0.5), series(n, 60.0, 5e8), step=60.0))
     rec = recommend(state)
-    # CPU 0.5 sits in bucket 25 (log_1.05(3.5) = 25.7): p90 = start(26) = 0.511135, x1.15 = 0.587805 -> 588m.
-    assert rec.target.cpu_millicores == 588
-    # Memory 5e8 sits in bucket 25 too (log_1.05(5e8 x 0.05/1e7 + 1) = log_1.05(3.5)): start(26) = 511.135 MB,
-    # x1.15 = 587.805 MB, rounded up to the byte.
-    assert rec.target.memory_bytes == int(np.ceil(edge(1e7, 26) * 1.15))
+    # CPU 0.5 sits in bucket 25 (log_1.05(3.5) = 25.7): p90 = start(26) = 0.511135 cores. In VPA's whole
+    # millicores, each step truncated (logic/estimator.go, model/types.go ScaleResource): 511m + int(511 x 0.15)
+    # = 511 + 76 = 587m.
+    assert rec.target.cpu_millicores == 587
+    # Memory 5e8 sits in bucket 25 too (log_1.05(5e8 x 0.05/1e7 + 1) = log_1.05(3.5)): start(26) = 511134537.6 B,
+    # 511134537 + int(511134537 x 0.15) = 511134537 + 76670180 = 587804717 B.
+    assert rec.target.memory_bytes == int(edge(1e7, 26)) + int(int(edge(1e7, 26)) * 0.15) == 587804717
     # Upper: p95 is the same bucket; c = min(11519 min / 1440, 8) = 7.99931 days -> x(1 + 1/c) = 1.125011:
-    # 0.587805 x 1.125011 = 0.661287 -> 662m.
-    assert rec.upper_bound.cpu_millicores == 662
-    # Lower: p50 is the same bucket, x(1 + 0.001/c)^-2 = 0.99975: 0.587658 -> 588m.
-    assert rec.lower_bound.cpu_millicores == 588
+    # int(587 x 1.125011) = int(660.38) = 660m.
+    assert rec.upper_bound.cpu_millicores == 660
+    # Lower: p50 is the same bucket, x(1 + 0.001/c)^-2 = 0.99975: int(586.85) = 586m.
+    assert rec.lower_bound.cpu_millicores == 586
     assert rec.confidence == pytest.approx(7.99931 / 8, abs=1e-5)  # c / 8-day full window
 
 
@@ -82,16 +84,17 @@ def test_hourly_prometheus_history_gets_vpa_low_confidence() -> None:
     state.add(batch(series(192, HOUR, 0.5), series(192, HOUR, 5e8)))
     assert state.confidence_days(VpaParams()) == pytest.approx(0.1333, abs=1e-4)  # 4 digits as in the comment
     rec = recommend(state)
-    # 0.587805 x 8.5 = 4.996342 -> 4997m.
-    assert rec.upper_bound.cpu_millicores == 4997
+    # int(587m x 8.5) = int(4989.5) = 4989m.
+    assert rec.upper_bound.cpu_millicores == 4989
 
 
 def test_floors_split_over_containers() -> None:
     state = get_strategy("vpa").new_state()
     state.add(batch(series(100, 60.0, 0.001), series(100, 60.0, 1e6), step=60.0))
     rec = recommend(state, ContainerPolicy(containers_in_pod=2))
-    # 25m / 2 = 12.5m -> 13m; 250 MiB / 2 = 131072000 bytes.
-    assert rec.target == Resources(cpu_millicores=13, memory_bytes=125 * MIB)
+    # VPA's pod minimum split in two, truncated (logic/recommender.go GetRecommendedPodResources: ScaleResource
+    # of the minimum by 1/containers): int(25m / 2) = 12m; 250 MiB / 2 = 131072000 bytes.
+    assert rec.target == Resources(cpu_millicores=12, memory_bytes=125 * MIB)
 
 
 def test_no_cpu_history_means_infinite_upper_capped() -> None:
