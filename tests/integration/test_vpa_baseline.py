@@ -150,6 +150,10 @@ def _factor(field_name: str, c: float) -> float:
     return 1.15 * (1 + 1 / c)
 
 
+def _show(resource: str, amount: float) -> str:
+    return f"{round(amount * 1000)}m" if resource == "cpu" else f"{round(amount)}"
+
+
 def _write_artifact(name: str, lines: list[str]) -> None:
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     ARTIFACT.with_name(f"vpa-baseline-{name}.md").write_text("\n".join(lines) + "\n")
@@ -194,7 +198,7 @@ def test_our_vpa_model_on_vpas_own_samples_is_within_one_bucket(baseline: Baseli
                         within += 1
                     else:
                         explained.append((shape.name, container, field_name, resource, theirs, mine, apart))
-                    cells += [f"{theirs:.6g}", f"{mine:.6g}", str(apart)]
+                    cells += [_show(resource, theirs), _show(resource, mine), str(apart)]
                 lines.append(f"| {shape.name}/{container} | {field_name} | " + " | ".join(cells) + " |")
     lines += ["", f"{compared} values: {exact} equal, {within} within one bucket; beyond it: {explained}"]
     _write_artifact("model", lines)
@@ -206,8 +210,10 @@ def test_our_vpa_model_on_vpas_own_samples_is_within_one_bucket(baseline: Baseli
         assert workload in UNEVEN_REPLICAS and resource == "memory" and field_name != "target", explained
         assert mine > theirs
     assert compared == 6 * container_count(baseline.shapes) and within >= compared - 4
-    # Same arithmetic as VPA's (whole units, truncated at each step): the rest are not just near, they are equal
-    # (a twentieth is left for a cumulative weight that lands exactly on a percentile and rounds the other way).
+    # Same arithmetic as VPA's (whole units, truncated at each step): the rest are not just near, they are equal.
+    # A twentieth is left for float noise: a bucket edge (first x (1.05^n - 1) / 0.05) that numpy's power puts a
+    # hair below a whole byte and Go's math.Pow a hair above truncates one byte apart (seen: 8 bytes in 419 MB on
+    # an upper bound, after x 8.5), and a cumulative weight landing exactly on a percentile may round either way.
     assert exact >= 0.95 * compared, (exact, compared)
 
 
@@ -227,7 +233,7 @@ def test_end_to_end_differences_have_the_stated_causes(baseline: Baseline) -> No
                 cells = []
                 for resource in RESOURCES:
                     t, o = (_amount(resource, r[field_name][resource]) for r in (theirs, ours))
-                    cells += [f"{t:.6g}", f"{o:.6g}", f"{o / t:.3f}"]
+                    cells += [_show(resource, t), _show(resource, o), f"{o / t:.3f}"]
                 lines.append(f"| {shape.name}/{container} | {field_name} | " + " | ".join(cells) + " |")
             # Memory: a peak per step is never below the working set at the step's end, so our memory target is
             # at least VPA's (less one bucket of rounding).
