@@ -181,6 +181,7 @@ class Vpa:
         which turns checkpoints off); the pod labels come from ``labels_metric`` (a range selector: VPA expects
         a matrix), by default ``kube_pod_labels`` of the namespace over the history. Waits for ``wait_loops``
         completed loops."""
+        self.ensure_checkpoint_crd()  # it waits for its checkpoint informer to sync, whatever the storage
         args = [f"--recommender-name={name}", f"--recommender-interval={interval_s:g}s", *extra]
         if prometheus_url is not None:
             labels = labels_metric or f'kube_pod_labels{{namespace="{self.namespace}"}}[{history}]'
@@ -198,6 +199,22 @@ class Vpa:
         target = component.loops() + count
         wait_until(f"{count} loops of {component.name}", lambda: component.loops() >= target, timeout_s=timeout_s,
                    interval_s=0.2, watched=[component.proc])
+
+    def ensure_checkpoint_crd(self) -> None:
+        """Install VPA's checkpoint CRD unless it is there, and wait until it is served."""
+        crd = checkpoint_crd()
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        try:
+            self.request("POST", base, crd)
+        except urllib.error.HTTPError as err:
+            if err.code != 409:
+                raise
+
+        def established() -> bool:
+            status = self.request("GET", f"{base}/{crd['metadata']['name']}").get("status") or {}
+            return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions", []))
+
+        wait_until("VPA's checkpoint CRD established", established, timeout_s=30, interval_s=0.1)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()

@@ -36,12 +36,11 @@ from kubernetes import client
 from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.builders.cluster import POOL_KEY, Mi
 from tests.builders.kubelets import RealUsage, UsageOnKubelets
-from tests.crds import ensure_crd
 from tests.harness.cluster import ClusterState
 from tests.harness.kubelets import HOLLOW_TOLERATION, KubeletPool
 from tests.harness.process import free_port
 from tests.harness.prometheus import LocalPrometheus
-from tests.harness.vpa import Vpa, VpaComponent, checkpoint_crd
+from tests.harness.vpa import Vpa, VpaComponent
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant, Daily
 from tests.waiting import eventually
@@ -141,7 +140,6 @@ def compat(api: client.ApiClient, crds: list[str], cluster: ClusterState, promet
     work = tmp_path_factory.mktemp("vpa-compat")
     core = client.CoreV1Api(api)
     ns_a, ns_b = _namespace(core, "admission"), _namespace(core, "recommender")
-    ensure_crd(api, checkpoint_crd())
     path = work / "history.om"
     _history(path, {"a": ns_a, "b": ns_b}, end_s=float(int(time.time()) // STEP * STEP) - 120)
     prometheus.backfill(path)
@@ -213,6 +211,14 @@ class _Scenario(RealUsage):
             self.kubelets.give_back(names, labels)
 
 
+def _delete_deployment(apps: Any, ns: str, name: str) -> None:
+    try:
+        apps.delete_namespaced_deployment(name, ns)
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+
+
 def _webhook(compat: Compat, ns: str, log: Path) -> subprocess.Popen[bytes]:
     port, name = free_port(), f"{ns}-hook"[:63]
     proc = subprocess.Popen([sys.executable, "-m", "updater", "webhook", "--kubeconfig", compat.cluster.kubeconfig,
@@ -277,6 +283,7 @@ def test_podtailor_updater_and_webhook_act_on_targets_vpas_recommender_wrote(
         s.stop_watching()
         for name in s.policies:
             s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
+        _delete_deployment(s.apps, ns, "api")  # frees the lent kubelets for the tests after this one
         s.give_back()
 
 
@@ -342,6 +349,7 @@ def test_vpa_and_podtailor_checkpoints_live_side_by_side(compat: Compat, kubelet
         compat.vpa(ns, "ck", "ckpt", ["vpa-ckpt"])
         _checkpoints_side_by_side(compat, ckpt)
     finally:
+        _delete_deployment(s.apps, ns, "ckpt")
         s.give_back()
 
 
