@@ -1,7 +1,7 @@
 """The ``vpa`` strategy: Kubernetes VPA's recommender, reproduced as the baseline.
 
 Owns VPA's state per container (a decaying CPU histogram fed every sample at a constant weight, a decaying
-memory histogram fed one peak per 24h aggregation interval with OOM bumps injected as peaks, and CPU-only
+memory histogram fed one peak per pod and 24h aggregation interval with OOM bumps injected as peaks, and CPU-only
 first/last sample times and sample count) and VPA's estimator: percentile x (1 + margin), bounds times the
 confidence multipliers with c = min(lifespan days, samples / 1440), i.e. VPA's one-sample-per-minute
 assumption kept on purpose (its known flaw with hourly Prometheus history), then the per-pod floors split over
@@ -43,7 +43,11 @@ from recommender.model.types import (
     UsageBatch,
 )
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""v2 adds the per-pod memory windows; a v1 checkpoint (none) restores as a state without them."""
+POD_WINDOW_KEEP_INTERVALS = 2.0
+"""A pod's memory window is forgotten this many aggregation intervals after its last sample (its peaks stay in
+the histogram), as VPA forgets the container state of a pod that is gone."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +91,9 @@ class VpaState:
         self.cpu_weight = params.cpu_sample_weight
         self.oom_min_bump_bytes = params.oom_min_bump_bytes
         self.oom_bump_ratio = params.oom_bump_ratio
+        self.pod_windows: dict[str, IntervalPeaks] = {}
+        """With pods told apart (``UsageBatch.memory_pod_index``): each pod's current memory interval, all of them
+        feeding ``memory.hist``. ``memory``'s own window takes the samples whose pod is not told."""
         self._first_cpu_s: float | None = None
         self._last_cpu_s: float | None = None
         self.total_samples = 0
@@ -106,12 +113,45 @@ class VpaState:
 
     def _add_segment(self, batch: UsageBatch, cpu_weight: float) -> None:
         self._add_cpu(batch, cpu_weight)
+        if batch.memory_pod_index is not None:
+            self._add_memory_by_pod(batch)
+            return
         mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
         for oom in sorted(batch.oom_kills, key=lambda o: o.timestamp_s):
             before, mem = split_at(mem, oom.timestamp_s)
             self.memory.add(before)
-            self._record_oom(oom)
+            self._record_oom(oom, self.memory)
         self.memory.add(mem)
+
+    def _window(self, pod: str) -> IntervalPeaks:
+        window = self.pod_windows.get(pod)
+        if window is None:
+            window = self.pod_windows[pod] = IntervalPeaks(self.memory.hist, self.memory.interval_s)
+        return window
+
+    def _add_memory_by_pod(self, batch: UsageBatch) -> None:
+        """One memory peak per pod and interval, as VPA keeps one per container of each pod (model/container.go
+        ``addMemorySample`` runs on the pod's ``ContainerState``; all of them feed the aggregate's histogram). An
+        OOM kill goes to the pod with the highest peak in its interval: our history does not say which pod's
+        container it was (VPA's OOM observer does)."""
+        assert batch.memory_pod_index is not None
+        ts, values = batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values
+        per_pod = {name: sort_samples(ts[batch.memory_pod_index == i], values[batch.memory_pod_index == i])
+                   for i, name in enumerate(batch.memory_pods)}
+        for oom in sorted(batch.oom_kills, key=lambda o: o.timestamp_s):
+            for name, samples in list(per_pod.items()):
+                before, per_pod[name] = split_at(samples, oom.timestamp_s)
+                self._window(name).add(before)
+            busiest = max(per_pod, key=lambda n: self._window(n).current_peak, default=None)
+            self._record_oom(oom, self.memory if busiest is None else self._window(busiest))
+        for name, samples in per_pod.items():
+            self._window(name).add(samples)
+        newest = max((w.last_sample_s for w in self.pod_windows.values() if w.last_sample_s is not None),
+                     default=None)
+        if newest is not None:
+            horizon = newest - POD_WINDOW_KEEP_INTERVALS * self.memory.interval_s
+            self.pod_windows = {n: w for n, w in self.pod_windows.items()
+                                if w.last_sample_s is None or w.last_sample_s >= horizon}
 
     def _add_cpu(self, batch: UsageBatch, weight: float = 1.0) -> None:
         ts, values = batch.cpu_cores.timestamps_s, batch.cpu_cores.values
@@ -126,10 +166,10 @@ class VpaState:
         self._last_cpu_s = last
         self.total_samples += round(ts.size * weight)  # a summary sample counts as the steps it stands for
 
-    def _record_oom(self, oom: OomKill) -> None:
-        used = max(float(oom.memory_request_bytes or 0), self.memory.usage_peak)
+    def _record_oom(self, oom: OomKill, window: IntervalPeaks) -> None:
+        used = max(float(oom.memory_request_bytes or 0), window.usage_peak)
         needed = oom_bump(used, min_bump_bytes=self.oom_min_bump_bytes, ratio=self.oom_bump_ratio)
-        self.memory.add_oom(oom.timestamp_s, needed)
+        window.add_oom(oom.timestamp_s, needed)
 
     def confidence_days(self, params: VpaParams) -> float:
         if self._first_cpu_s is None or self._last_cpu_s is None:
@@ -140,13 +180,16 @@ class VpaState:
     def to_checkpoint(self) -> dict[str, Any]:
         return {"strategy": "vpa", "version": STATE_VERSION, "cpu": self.cpu.to_checkpoint(),
                 "memory": self.memory.to_checkpoint(), "first_cpu_s": self._first_cpu_s,
-                "last_cpu_s": self._last_cpu_s, "total_samples": self.total_samples}
+                "last_cpu_s": self._last_cpu_s, "total_samples": self.total_samples,
+                "pod_windows": {n: w.window_to_checkpoint() for n, w in sorted(self.pod_windows.items())}}
 
     def restore_from(self, data: dict[str, Any]) -> None:
-        if data.get("strategy") != "vpa" or data.get("version") != STATE_VERSION:
-            raise ValueError("not a vpa v1 checkpoint")
+        if data.get("strategy") != "vpa" or data.get("version") not in (1, STATE_VERSION):
+            raise ValueError("not a vpa v1 or v2 checkpoint")
         self.cpu = DecayingHistogram.from_checkpoint(data["cpu"])
         self.memory = IntervalPeaks.from_checkpoint(data["memory"])
+        self.pod_windows = {n: IntervalPeaks.window_from_checkpoint(self.memory.hist, self.memory.interval_s, w)
+                            for n, w in (data.get("pod_windows") or {}).items()}
         self._first_cpu_s = None if data["first_cpu_s"] is None else float(data["first_cpu_s"])
         self._last_cpu_s = None if data["last_cpu_s"] is None else float(data["last_cpu_s"])
         self.total_samples = int(data["total_samples"])
@@ -197,8 +240,9 @@ class VpaStrategy(StrategyBase[VpaParams, VpaState]):
 
     def history_plan(self) -> HistoryPlan:
         """Full resolution for six CPU half-lives (6 days at VPA's 24 h; older samples weigh under 1/64 in
-        all), hourly summaries before that; memory peaks are daily, so hourly peaks lose nothing there."""
-        return HistoryPlan(full_resolution_s=6 * self.params.cpu_half_life_s)
+        all), hourly summaries before that; memory peaks are daily, so hourly peaks lose nothing there. Each
+        memory sample comes with its pod (VPA keeps a peak per pod)."""
+        return HistoryPlan(full_resolution_s=6 * self.params.cpu_half_life_s, per_pod_memory=True)
 
     def parameters(self) -> dict[str, Any]:
         return {**asdict(self.params), "memory_peak_weight": 1.0, "cpu_buckets": VPA_CPU_BUCKETS.to_dict(),

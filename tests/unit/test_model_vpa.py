@@ -7,6 +7,7 @@ import pytest
 
 from podtailor.resources import CurrentResources, Resources
 from recommender.model.common import lower_multiplier, upper_multiplier
+from recommender.model.histogram import VPA_MEMORY_BUCKETS
 from recommender.model.policy import MAX_RESOURCE_AMOUNT
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, UsageBatch
@@ -144,3 +145,54 @@ def test_old_oom_is_dropped() -> None:
     state.add(batch(Samples.empty(), ooms=(OomKill(timestamp_s=NOW - 2 * DAY, memory_request_bytes=GIB),)))
     assert state.memory.oom_peak == 0.0  # older than last sample - 24h
 
+
+
+def _two_pods(days: int) -> UsageBatch:
+    """Two pods of one workload sampled hourly for ``days`` days: one at 200 MiB, one at 800 MiB."""
+    low, high = series(24 * days, HOUR, 200 * MIB), series(24 * days, HOUR, 800 * MIB)
+    ts = np.concatenate([low.timestamps_s, high.timestamps_s])
+    order = np.argsort(ts, kind="stable")
+    mem = Samples(timestamps_s=ts[order], values=np.concatenate([low.values, high.values])[order])
+    index = np.concatenate([np.zeros(len(low), np.int32), np.ones(len(high), np.int32)])[order]
+    return UsageBatch(cpu_cores=series(24 * days, HOUR, 0.5), cpu_interval_s=HOUR, memory_peak_bytes=mem,
+                      memory_interval_s=HOUR, memory_pods=("web-a", "web-b"), memory_pod_index=index)
+
+
+def test_memory_keeps_one_peak_per_pod_and_day() -> None:
+    # VPA: a peak per container of each pod and interval (model/container.go addMemorySample per ContainerState).
+    # Two pods for 4 days: 4 intervals x 2 pods = 8 peaks, half at 200 MiB, half at 800 MiB (pooled, it would be
+    # 4 peaks, all at 800 MiB).
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    state.add(_two_pods(4))
+    weights = state.memory.hist.hist.weights
+    assert np.count_nonzero(weights) == 2 and set(state.pod_windows) == {"web-a", "web-b"}
+    rec = recommend(state)
+    # p50 reaches half the (decayed, but equally so for both pods) weight in the 200 MiB bucket; p90 needs the
+    # 800 MiB one. So target comes from 800 MiB, and lowerBound from 200 MiB: its bucket edge 215.8 MB x 1.15 x
+    # (1 + 0.001 / (96 / 1440))^-2 = 240.7 MB, below the 250 MiB pod minimum, which it becomes (pooled, the p50
+    # would be 800 MiB too).
+    high_edge = VPA_MEMORY_BUCKETS.upper_edge(int(VPA_MEMORY_BUCKETS.find_buckets(np.array([800.0 * MIB]))[0]))
+    assert rec.target.memory_bytes == int(high_edge) + int(int(high_edge) * 0.15)
+    assert rec.lower_bound.memory_bytes == 250 * MIB
+    # The checkpoint keeps each pod's window (v2) and restores it; a v1 checkpoint restores without them.
+    data = state.to_checkpoint()
+    again = get_strategy("vpa").restore(data)
+    assert isinstance(again, VpaState) and set(again.pod_windows) == {"web-a", "web-b"}
+    assert again.pod_windows["web-b"].usage_peak == 800 * MIB
+    v1 = {k: v for k, v in data.items() if k != "pod_windows"} | {"version": 1}
+    old = get_strategy("vpa").restore(v1)
+    assert isinstance(old, VpaState) and old.pod_windows == {}
+
+
+def test_a_gone_pods_window_is_forgotten_but_its_peaks_stay() -> None:
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    state.add(_two_pods(1))
+    # Three days later only web-a reports: web-b's window is past the 2-interval horizon and dropped.
+    later = series(3, HOUR, 300 * MIB, end=NOW + 3 * DAY)
+    state.add(UsageBatch(cpu_cores=series(3, HOUR, 0.5, end=NOW + 3 * DAY), cpu_interval_s=HOUR,
+                         memory_peak_bytes=later, memory_interval_s=HOUR, memory_pods=("web-a",),
+                         memory_pod_index=np.zeros(3, np.int32)))
+    assert set(state.pod_windows) == {"web-a"}
+    assert np.count_nonzero(state.memory.hist.hist.weights) == 3  # 200, 800 and 300 MiB peaks
