@@ -24,7 +24,7 @@ from kubernetes import client
 
 from podtailor.resources import CurrentResources
 from recommender.model.histogram import VPA_CPU_BUCKETS, VPA_MEMORY_BUCKETS, BucketScheme
-from recommender.model.types import ContainerPolicy, Recommendation, Samples, UsageBatch
+from recommender.model.types import ContainerPolicy, PodIndex, Recommendation, Samples, UsageBatch
 from recommender.model.vpa import VpaStrategy
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant, Daily, Spikes, StepChange, TraceReplay, UsageModel
@@ -206,16 +206,25 @@ def query_range(url: str, q: RangeQuery) -> list[dict[str, Any]]:
     return result
 
 
-def _pooled(series: list[dict[str, Any]], to_amount: Any) -> dict[tuple[str, str], Samples]:
-    """Per (pod's workload, container): every pod's samples pooled, each value converted as VPA converts it."""
-    out: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+def _pooled(series: list[dict[str, Any]], to_amount: Any) -> dict[tuple[str, str], tuple[Samples, tuple[str, ...],
+                                                                                     PodIndex]]:
+    """Per (pod's workload, container): every pod's samples pooled, each value converted as VPA converts it, and
+    for each sample the index of its pod (VPA keeps a memory peak per pod)."""
+    out: dict[tuple[str, str], tuple[list[float], list[float], list[str], list[int]]] = {}
     for s in series:
-        workload = s["metric"]["pod"].rsplit("-", 2)[0]
-        ts, vs = out.setdefault((workload, s["metric"]["container"]), ([], []))
+        pod = s["metric"]["pod"]
+        ts, vs, pods, index = out.setdefault((pod.rsplit("-", 2)[0], s["metric"]["container"]), ([], [], [], []))
+        pods.append(pod)
         for t, v in s["values"]:
             ts.append(float(t))
             vs.append(to_amount(float(v)))
-    return {k: Samples(timestamps_s=np.array(ts), values=np.array(vs)) for k, (ts, vs) in out.items()}
+            index.append(len(pods) - 1)
+    pooled = {}
+    for key, (ts, vs, pods, index) in out.items():
+        order = np.argsort(np.array(ts), kind="stable")
+        pooled[key] = (Samples(timestamps_s=np.array(ts)[order], values=np.array(vs)[order]), tuple(pods),
+                       np.array(index, dtype=np.int32)[order])
+    return pooled
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,8 +248,10 @@ def replay(url: str, queries: Mapping[str, RangeQuery], all_shapes: Sequence[Sha
     out = {}
     for key in sorted(set(cpu) | set(memory)):
         state = strategy.new_state()
-        state.add(UsageBatch(cpu_cores=cpu.get(key, Samples.empty()), cpu_interval_s=step,
-                             memory_peak_bytes=memory.get(key, Samples.empty()), memory_interval_s=step))
+        mem, pods, index = memory.get(key, (Samples.empty(), (), np.empty(0, dtype=np.int32)))
+        state.add(UsageBatch(cpu_cores=cpu[key][0] if key in cpu else Samples.empty(), cpu_interval_s=step,
+                             memory_peak_bytes=mem, memory_interval_s=step, memory_pods=pods,
+                             memory_pod_index=index))
         policy = ContainerPolicy(containers_in_pod=n_containers[key[0]])
         out[key] = Replayed(recommendation=strategy.recommend(state, now_s=now_s, policy=policy,
                                                               current=CurrentResources()),
