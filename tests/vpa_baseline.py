@@ -1,6 +1,6 @@
 """The shapes of the VPA baseline (tests/integration/test_vpa_baseline.py) and the arithmetic of comparing it.
 
-Owns the workloads whose history both recommenders read (``SHAPES``: 36 containers in 30 workloads, of
+Owns the workloads whose history both recommenders read (``shapes``: 36 containers in 30 workloads, of
 constant, daily, spiky, stepped, trace-replayed, young, multi-replica and two-container shapes), the
 OpenMetrics backfill of that history with the pods' labels (VPA's history provider matches pods to VPAs by
 them), the cluster objects (one Deployment per workload with no replicas, VPA's VPA and our twin), the replay of
@@ -97,12 +97,17 @@ def shapes(now_s: float) -> list[Shape]:
         Shape(name="replicas", replicas=3, containers={"app": Daily(cpu_cores=0.4, memory_bytes=600 * Mi,
                                                                     cpu_amplitude_cores=0.2, cpu_noise=0.2, seed=6)},
               why="three identical replicas"),
-        Shape(name="uneven", replicas=2, why="two replicas at different levels",
+        # Replicas at different levels: their memory peaks weigh the same, so with n of them a percentile p
+        # falls exactly on a boundary between two pods' buckets when p x n is whole (p50 of 2 or 4 pods), and
+        # float rounding of the running total weight decides which, in VPA's code as in ours. Three and five
+        # replicas never tie at p50, p90 or p95.
+        Shape(name="uneven", replicas=3, why="three replicas at different levels",
               containers={"app": [Constant(cpu_cores=0.1, memory_bytes=200 * Mi),
+                                  Constant(cpu_cores=0.25, memory_bytes=500 * Mi),
                                   Constant(cpu_cores=0.4, memory_bytes=800 * Mi)]}),
-        Shape(name="uneven-four", replicas=4, why="four replicas at four levels",
+        Shape(name="uneven-five", replicas=5, why="five replicas at five levels",
               containers={"app": [Constant(cpu_cores=0.1 * (k + 1), memory_bytes=(k + 1) * 300 * Mi)
-                                  for k in range(4)]}),
+                                  for k in range(5)]}),
         Shape(name="sidecar", why="two containers: the per-pod floors are split in two",
               containers={"app": Daily(cpu_cores=0.8, memory_bytes=1 * Gi, cpu_amplitude_cores=0.4, seed=7),
                           "proxy": Constant(cpu_cores=0.01, memory_bytes=40 * Mi)}),
