@@ -151,9 +151,10 @@ def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
         raise UsageError(f"bad Prometheus settings: {err}") from None
 
 
-def history_plan(args: argparse.Namespace, strategy: Strategy) -> HistoryPlan | None:
-    """The strategy's query plan, or None (everything at the step) with ``--full-resolution``."""
-    return None if getattr(args, "full_resolution", False) else strategy.history_plan()
+def history_plan(args: argparse.Namespace, strategy: Strategy) -> HistoryPlan:
+    """The strategy's query plan; with ``--full-resolution`` everything at the step, what it reads per pod kept."""
+    plan = strategy.history_plan()
+    return HistoryPlan(per_pod_memory=plan.per_pod_memory) if getattr(args, "full_resolution", False) else plan
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:

@@ -42,6 +42,12 @@ def validate_batch(batch: UsageBatch) -> None:
     for name, interval in (("cpu_interval_s", batch.cpu_interval_s), ("memory_interval_s", batch.memory_interval_s)):
         if not (math.isfinite(interval) and interval > 0):
             raise ValueError(f"{name} must be positive and finite")
+    if batch.memory_pod_index is not None:
+        index = batch.memory_pod_index
+        if index.shape != batch.memory_peak_bytes.values.shape:
+            raise ValueError("memory_pod_index must have one entry per memory sample")
+        if index.size and (int(index.min()) < 0 or int(index.max()) >= len(batch.memory_pods)):
+            raise ValueError("memory_pod_index points outside memory_pods")
     if batch.summary is not None:
         if batch.summary.summary is not None:
             raise ValueError("a summary holds no summary of its own")

@@ -95,7 +95,9 @@ def _check_values(values: FloatArray, weights: FloatArray | float) -> None:
 
 
 def percentile_of(scheme: BucketScheme, weights: FloatArray, p: float) -> float | None:
-    """Upper edge of the bucket where the cumulative weight first reaches p x total; None when empty."""
+    """Upper edge of the bucket where the cumulative weight first reaches p x total; None when empty (VPA 1.8.1
+    pkg/recommender/util/histogram.go ``Percentile``, which walks from the first to the last bucket holding at
+    least ``Epsilon``)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"percentile {p} outside [0, 1]")
     nonzero = np.flatnonzero(weights >= EPSILON)
@@ -192,7 +194,8 @@ class Histogram:
 
 
 class DecayingHistogram:
-    """VPA's decaying histogram: weight x 2^((t - t_ref)/half_life), t_ref a whole multiple of half_life."""
+    """VPA's decaying histogram: weight x 2^((t - t_ref)/half_life), t_ref a whole multiple of half_life
+    (VPA 1.8.1 pkg/recommender/util/decaying_histogram.go ``decayFactor``, ``shiftReferenceTimestamp``)."""
 
     __slots__ = ("half_life_s", "hist", "reference_s")
 

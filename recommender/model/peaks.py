@@ -122,19 +122,26 @@ class IntervalPeaks:
         return math.floor(timestamp_s / self.interval_s) * self.interval_s if self.aligned else timestamp_s
 
     def to_checkpoint(self) -> dict[str, Any]:
-        return {"hist": self.hist.to_checkpoint(), "interval_s": self.interval_s, "window_end_s": self.window_end_s,
-                "usage_peak": self.usage_peak, "oom_peak": self.oom_peak, "last_sample_s": self.last_sample_s,
-                "aligned": self.aligned}
+        return {"hist": self.hist.to_checkpoint(), "interval_s": self.interval_s, **self.window_to_checkpoint()}
+
+    def window_to_checkpoint(self) -> dict[str, Any]:
+        """The current interval's bookkeeping alone (for windows that share another's histogram)."""
+        return {"window_end_s": self.window_end_s, "usage_peak": self.usage_peak, "oom_peak": self.oom_peak,
+                "last_sample_s": self.last_sample_s, "aligned": self.aligned}
 
     @staticmethod
-    def from_checkpoint(data: dict[str, Any]) -> IntervalPeaks:
-        peaks = IntervalPeaks(DecayingHistogram.from_checkpoint(data["hist"]), float(data["interval_s"]),
-                              aligned=bool(data.get("aligned", False)))
+    def window_from_checkpoint(hist: DecayingHistogram, interval_s: float, data: dict[str, Any]) -> IntervalPeaks:
+        peaks = IntervalPeaks(hist, interval_s, aligned=bool(data.get("aligned", False)))
         peaks.window_end_s = _opt_float(data["window_end_s"])
         peaks.usage_peak = float(data["usage_peak"])
         peaks.oom_peak = float(data["oom_peak"])
         peaks.last_sample_s = _opt_float(data["last_sample_s"])
         return peaks
+
+    @staticmethod
+    def from_checkpoint(data: dict[str, Any]) -> IntervalPeaks:
+        return IntervalPeaks.window_from_checkpoint(DecayingHistogram.from_checkpoint(data["hist"]),
+                                                    float(data["interval_s"]), data)
 
 
 def _opt_float(value: Any) -> float | None:

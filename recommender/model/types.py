@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from podtailor.resources import CurrentResources, Resources
 
 FloatArray = NDArray[np.float64]
+PodIndex = NDArray[np.int32]
 
 
 class ControlledValues(enum.StrEnum):
@@ -81,6 +82,11 @@ class UsageBatch:
     oom_kills: tuple[OomKill, ...] = ()
     cpu_throttled_fraction: Samples = field(default_factory=Samples.empty)
     """Fraction of CFS periods throttled per CPU interval (0..1), when the container has a CPU limit."""
+    memory_pods: tuple[str, ...] = ()
+    """With ``HistoryPlan.per_pod_memory``: the pods whose series were pooled into ``memory_peak_bytes``."""
+    memory_pod_index: PodIndex | None = None
+    """With ``HistoryPlan.per_pod_memory``: for each memory sample, its pod's index in ``memory_pods`` (None:
+    the pods are not told apart)."""
     summary: UsageBatch | None = None
     """Older history of the same container at a coarser resolution (a ``HistoryPlan``'s summaries), all of it
     before this batch's samples: each CPU sample the mean over its interval, each memory sample the peak. A
@@ -100,6 +106,9 @@ class HistoryPlan:
 
     full_resolution_s: float = math.inf
     summary_step_s: float = 3600.0
+    per_pod_memory: bool = False
+    """Tell each memory sample's pod (``UsageBatch.memory_pod_index``): VPA keeps one memory peak per pod and
+    aggregation interval, not one per workload."""
 
     def __post_init__(self) -> None:
         if not (self.full_resolution_s > 0 and not math.isnan(self.full_resolution_s)):

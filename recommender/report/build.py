@@ -142,7 +142,8 @@ def at_step(batch: UsageBatch) -> UsageBatch:
         throttle = _join(_repeat(summary.cpu_throttled_fraction, cpu_times), throttle)
     return replace(batch, summary=None, cpu_cores=_join(_repeat(summary.cpu_cores, cpu_times), batch.cpu_cores),
                    memory_peak_bytes=_join(_repeat(summary.memory_peak_bytes, memory_times), batch.memory_peak_bytes),
-                   cpu_throttled_fraction=throttle, oom_kills=(*summary.oom_kills, *batch.oom_kills))
+                   cpu_throttled_fraction=throttle, oom_kills=(*summary.oom_kills, *batch.oom_kills),
+                   memory_pods=(), memory_pod_index=None)  # the repeated summary samples have no pod of their own
 
 
 def usage_summary(batch: UsageBatch | None, spec: ContainerSpec, rec: Recommendation | None) -> UsageSummary | None:

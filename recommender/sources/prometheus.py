@@ -212,10 +212,12 @@ class PrometheusSource:
         summarized = {k: u for k, u in summarized.items() if k[0] not in failed}
         self._report(dropped, {**summarized, **usage}, owners, {k for k in listed if k[0] not in failed})
         step = float(self.config.step_s)
-        batches = build_batches(usage, owners, cpu_interval_s=step, memory_interval_s=step)
+        per_pod = self.plan.per_pod_memory
+        batches = build_batches(usage, owners, cpu_interval_s=step, memory_interval_s=step, per_pod_memory=per_pod)
         if coarse is not None:
             batches = with_summaries(batches, build_batches(summarized, owners, cpu_interval_s=coarse.step_s,
-                                                            memory_interval_s=coarse.step_s), step_s=step)
+                                                            memory_interval_s=coarse.step_s, per_pod_memory=per_pod),
+                                     step_s=step)
         log.info("usage history read", extra={
             "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),
             "summary_steps": 0 if coarse is None else coarse.points,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from recommender.model.types import ContainerKey, FloatArray, OomKill, Samples, UsageBatch
+from recommender.model.types import ContainerKey, FloatArray, OomKill, PodIndex, Samples, UsageBatch
 from recommender.sources.grid import GridRange
 from recommender.sources.matrix import DecodedSeries
 from recommender.sources.owners import OwnerIndex
@@ -178,24 +178,42 @@ def _throttle_at_cpu_steps(pod: PodUsage) -> Samples:
     return Samples(timestamps_s=cpu.timestamps_s, values=values)
 
 
+def _pool_by_pod(parts: list[tuple[int, Samples]]) -> tuple[Samples, PodIndex]:
+    """``_pool`` that also tells, for each pooled sample, the index of the pod it came from."""
+    if not parts:
+        return Samples.empty(), np.empty(0, dtype=np.int32)
+    ts = np.concatenate([p.timestamps_s for _, p in parts])
+    values = np.concatenate([p.values for _, p in parts])
+    index = np.concatenate([np.full(len(p), i, dtype=np.int32) for i, p in parts])
+    order = np.argsort(ts, kind="stable")
+    return Samples(timestamps_s=ts[order], values=values[order]), index[order]
+
+
 def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
-                  memory_interval_s: float) -> dict[ContainerKey, UsageBatch]:
-    """One batch per workload container that has at least one sample or OOM kill; pods pooled.
+                  memory_interval_s: float, per_pod_memory: bool = False) -> dict[ContainerKey, UsageBatch]:
+    """One batch per workload container that has at least one sample or OOM kill; pods pooled (with
+    ``per_pod_memory``, each memory sample's pod told too).
 
     Takes ``usage`` over and leaves it empty: each key's pod series are let go as soon as they are pooled,
     so a pass never holds the whole history twice (per pod and pooled)."""
-    grouped: dict[ContainerKey, list[PodUsage]] = {}
+    grouped: dict[ContainerKey, list[tuple[str, PodUsage]]] = {}
     for (namespace, pod, container), pod_usage in sorted(usage.items()):
         workload = owners.workload(namespace, pod)
         key = ContainerKey(namespace=namespace, workload_kind=workload.kind, workload_name=workload.name,
                            container=container)
-        grouped.setdefault(key, []).append(pod_usage)
+        grouped.setdefault(key, []).append((pod, pod_usage))
     usage.clear()
     out: dict[ContainerKey, UsageBatch] = {}
     for key in list(grouped):
-        pods = grouped.pop(key)
+        named = grouped.pop(key)
+        names, pods = tuple(n for n, _ in named), [p for _, p in named]
+        del named
         cpu = _pool([s for p in pods for s in p.cpu])
-        memory = _pool([s for p in pods for s in p.memory])
+        pod_index: PodIndex | None = None
+        if per_pod_memory:
+            memory, pod_index = _pool_by_pod([(i, s) for i, p in enumerate(pods) for s in p.memory])
+        else:
+            memory = _pool([s for p in pods for s in p.memory])
         throttled = any(bool((s.values > 0).any()) for p in pods for s in p.throttle)  # all zeros: no news
         throttle = _pool([_throttle_at_cpu_steps(p) for p in pods]) if throttled else Samples.empty()
         ooms = tuple(sorted((o for p in pods for o in p.ooms), key=lambda o: o.timestamp_s))
@@ -203,7 +221,8 @@ def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_inte
         if len(cpu) == 0 and len(memory) == 0 and len(throttle) == 0 and not ooms:
             continue
         out[key] = UsageBatch(cpu_cores=cpu, cpu_interval_s=cpu_interval_s, memory_peak_bytes=memory,
-                              memory_interval_s=memory_interval_s, oom_kills=ooms, cpu_throttled_fraction=throttle)
+                              memory_interval_s=memory_interval_s, oom_kills=ooms, cpu_throttled_fraction=throttle,
+                              memory_pods=names if per_pod_memory else (), memory_pod_index=pod_index)
     return out
 
 

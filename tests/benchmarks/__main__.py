@@ -11,12 +11,14 @@ from tests.benchmarks import (
     bench_nodesim,
     bench_recommender,
     bench_updater,
+    bench_vpa,
 )
 
 
 def main() -> int:
     for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim), ("kubelets", bench_kubelets),
-                         ("recommender", bench_recommender), ("updater", bench_updater), ("backtest", bench_backtest)):
+                         ("recommender", bench_recommender), ("updater", bench_updater), ("backtest", bench_backtest),
+                         ("vpa", bench_vpa)):
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         module.main([])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)

@@ -150,3 +150,39 @@ def generate(directory: Path) -> Pki:
         controller_manager=kcm,
         scheduler=sched,
     )
+
+
+def _load_ca(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:
+    key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{directory / 'ca.key'} is not the EC key this module writes")
+    return key, x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes()).subject
+
+
+def issue_client(directory: Path, stem: str, common_name: str, organization: str | None = None) -> ClientCert:
+    """A client certificate from the CA that ``generate`` wrote into ``directory``: another user of the same
+    cluster (``organization`` is its group, e.g. ``system:masters``), so the audit log tells its writes apart."""
+    ca_key, ca_name = _load_ca(directory)
+    return _issue(directory, stem, ca_key, ca_name, _name(common_name, organization), server=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingPki:
+    """A CA of its own and a serving certificate (127.0.0.1 and localhost) signed by it: a webhook's TLS."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+
+def generate_serving(directory: Path, common_name: str) -> ServingPki:
+    """A fresh CA and a loopback serving certificate in ``directory`` (created if missing)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name(f"{common_name}-ca")
+    ca_cert = (_builder(ca_name, ca_name, ca_key.public_key())
+               .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+               .sign(ca_key, hashes.SHA256()))
+    (directory / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    served = _issue(directory, "serving", ca_key, ca_name, _name(common_name), server=True)
+    return ServingPki(ca_cert=directory / "ca.crt", cert=served.cert, key=served.key)

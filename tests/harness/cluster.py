@@ -15,6 +15,7 @@ import shutil
 import ssl
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -87,7 +88,7 @@ class ClusterState:
         return ctx
 
 
-def _kubeconfig(path: Path, server: str, ca: Path, client: certs.ClientCert, user: str) -> Path:
+def write_kubeconfig(path: Path, server: str, ca: Path, client: certs.ClientCert, user: str) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -101,13 +102,29 @@ def _kubeconfig(path: Path, server: str, ca: Path, client: certs.ClientCert, use
     return path
 
 
+def user_kubeconfig(state: ClusterState, user: str, directory: Path) -> Path:
+    """A kubeconfig of its own for ``user`` (in the group system:masters): a client certificate from the
+    cluster's CA, so that the audit log and managedFields tell this user's writes apart. Made once."""
+    path = directory / f"{user}.kubeconfig"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        pki = Path(state.ca_cert).parent
+        cert = certs.issue_client(pki, f"user-{user}", user, "system:masters")
+        write_kubeconfig(path, state.server, Path(state.ca_cert), cert, user)
+    return path
+
+
 class LocalCluster:
     """Start, use and stop one local control plane. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, workdir: Path, *, detached: bool = False, bin_dir: Path | None = None) -> None:
+    def __init__(self, workdir: Path, *, detached: bool = False, bin_dir: Path | None = None,
+                 audit_policy: Mapping[str, Any] | None = None) -> None:
         self.workdir = workdir.resolve()
         self.detached = detached
         self.bin_dir = bin_dir
+        self.audit_policy = audit_policy
+        """An ``audit.k8s.io/v1`` Policy: the API server then writes its audit log, as JSON lines, to
+        ``audit_log`` (what the disruption benchmark counts writes from)."""
         self.procs: list[Managed] = []
         self.state: ClusterState | None = None
         self.timings: dict[str, float] = {}
@@ -138,14 +155,14 @@ class LocalCluster:
         wait_until("etcd /health", lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"),
                    timeout_s=60, watched=[etcd])
         api = self._spawn("kube-apiserver", self._apiserver_argv(bin_dir, pki, etcd_port, api_port))
-        admin_kc = _kubeconfig(self.workdir / "admin.kubeconfig", server, pki.ca_cert, pki.admin, "admin")
+        admin_kc = write_kubeconfig(self.workdir / "admin.kubeconfig", server, pki.ca_cert, pki.admin, "admin")
         ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
         ctx.load_cert_chain(str(pki.admin.cert), str(pki.admin.key))
         wait_until("kube-apiserver /readyz", lambda: http_ok(f"{server}/readyz", ctx),
                    timeout_s=120, interval_s=0.25, watched=[etcd, api])
-        kcm_kc = _kubeconfig(self.workdir / "controller-manager.kubeconfig", server, pki.ca_cert,
+        kcm_kc = write_kubeconfig(self.workdir / "controller-manager.kubeconfig", server, pki.ca_cert,
                              pki.controller_manager, "system:kube-controller-manager")
-        sched_kc = _kubeconfig(self.workdir / "scheduler.kubeconfig", server, pki.ca_cert, pki.scheduler,
+        sched_kc = write_kubeconfig(self.workdir / "scheduler.kubeconfig", server, pki.ca_cert, pki.scheduler,
                                "system:kube-scheduler")
         kcm_port, sched_port = free_port(), free_port()
         kcm = self._spawn("kube-controller-manager", self._kcm_argv(bin_dir, pki, kcm_kc, kcm_port))
@@ -179,6 +196,10 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "logs" / "audit.log"
+
     # -- helpers ---------------------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> Managed:
         proc = Managed(name=name, argv=argv, log_path=self.workdir / "logs" / f"{name}.log",
@@ -209,7 +230,16 @@ class LocalCluster:
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
             "--endpoint-reconciler-type=none", "--profiling=false", f"--cert-dir={self.workdir / 'pki'}",
             "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
+            *self._audit_flags(),
         ]
+
+    def _audit_flags(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(dict(self.audit_policy), sort_keys=False))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+                "--audit-log-mode=blocking"]
 
     def _kcm_argv(self, bin_dir: Path, pki: certs.Pki, kubeconfig: Path, port: int) -> list[str]:
         return [

@@ -41,6 +41,7 @@ class LocalPrometheus:
         detached: bool = False,
         external_labels: Mapping[str, str] | None = None,
         extra_flags: Sequence[str] = (),
+        query_log: Path | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.targets = list(targets)
@@ -50,6 +51,9 @@ class LocalPrometheus:
         self.external_labels = dict(external_labels or {})
         self.extra_flags = list(extra_flags)
         """More server flags, e.g. ``--query.max-samples=5000`` for a backend that refuses big queries."""
+        self.query_log = query_log
+        """Where Prometheus logs every query it answers (JSON lines with the query, start, end and step): how a
+        test learns exactly what another client (VPA's recommender) asked."""
         self.port = 0
         self.proc: Managed | None = None
 
@@ -65,7 +69,8 @@ class LocalPrometheus:
         interval = f"{self.scrape_interval_s:g}s"
         config: dict[str, Any] = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval,
-                       **({"external_labels": self.external_labels} if self.external_labels else {})},
+                       **({"external_labels": self.external_labels} if self.external_labels else {}),
+                       **({"query_log_file": str(self.query_log)} if self.query_log else {})},
             "scrape_configs": [
                 {
                     "job_name": "nodesim",

@@ -1,16 +1,16 @@
 """Backfill exporter: the live /metrics series for N days before ``now``, as OpenMetrics text.
 
-This module owns ``write_openmetrics``, which streams, for a list of containers with usage models and
-spec resources, the cAdvisor-style counters and gauges (CPU usage integrated from the model and capped at
-the limit, working set, CFS periods/throttled periods, OOM events) and the kube-state-metrics series
-(requests, limits, kube_pod_owner, kube_replicaset_owner, kube_pod_info) on a fixed time grid, in the form
-``promtool tsdb create-blocks-from openmetrics`` reads: one contiguous block per family, counter TYPE
-names without ``_total`` and samples with it, timestamps in seconds and increasing within each series, a
-final ``# EOF``. Container families are computed once per container with numpy and spilled to temporary
-files so that families stay contiguous without holding the output in memory. Differences from a real
-scrape: every series starts at the first grid point with counters at 0, resources and owners never
-change over the window, the working set is capped at the memory limit and an OOM event is counted at each
-grid point where modelled memory rises above the limit, and there are no ``_created`` samples.
+This module owns ``write_openmetrics``, which streams, for a list of containers with usage models and spec
+resources, the cAdvisor-style counters and gauges (CPU usage integrated from the model and capped at the
+limit, working set, CFS periods/throttled periods, OOM events) and the kube-state-metrics series (requests,
+limits, kube_pod_owner, kube_replicaset_owner, kube_pod_info, and kube_pod_labels for pods with labels) on a
+fixed time grid, in the form ``promtool tsdb create-blocks-from openmetrics`` reads: one contiguous block per
+family, counter TYPE names without ``_total`` and samples with it, timestamps in seconds and increasing within
+each series, a final ``# EOF``. Container families are computed once per container with numpy and spilled to
+temporary files so that families stay contiguous without holding the output in memory. Differences from a real
+scrape: every series starts at the first grid point with counters at 0, resources and owners never change over
+the window, the working set is capped at the memory limit and an OOM event is counted at each grid point where
+modelled memory rises above the limit, and there are no ``_created`` samples.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import contextlib
 import math
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import IO, TextIO
 
 import numpy as np
 
-from tests.nodesim.cadvisor import throttle_many
+from tests.nodesim.cadvisor import sanitize_label_name, throttle_many
 from tests.nodesim.trace import FloatArray, IntArray
 from tests.nodesim.usage import UsageModel
 
@@ -62,6 +62,9 @@ class ExportContainer:
     cpu_limit_millicores: int | None = None
     memory_request_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    """The pod's labels, written as kube-state-metrics' ``kube_pod_labels`` (``label_<key>``); a pod without
+    any gets no such series (VPA's Prometheus history provider reads pods' labels from it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -206,6 +209,13 @@ def _info_rows(pods: Sequence[ExportContainer]) -> Iterable[tuple[str, float]]:
                        ("created_by_kind", p.owner_kind), ("created_by_name", p.owner_name))), 1.0
 
 
+def _pod_label_rows(pods: Sequence[ExportContainer]) -> Iterable[tuple[str, float]]:
+    for p in pods:
+        if p.pod_labels:
+            yield _labels((("namespace", p.namespace), ("pod", p.pod), ("uid", p.pod_uid),
+                           *sorted((f"label_{sanitize_label_name(k)}", v) for k, v in p.pod_labels.items()))), 1.0
+
+
 def _write_constant_families(out: TextIO, containers: Sequence[ExportContainer], times: list[str]) -> int:
     pods = _unique_pods(containers)
     families = (
@@ -214,9 +224,11 @@ def _write_constant_families(out: TextIO, containers: Sequence[ExportContainer],
         ("kube_pod_owner", list(_owner_rows(pods))),
         ("kube_replicaset_owner", list(_replicaset_rows(pods))),
         ("kube_pod_info", list(_info_rows(pods))),
+        ("kube_pod_labels", list(_pod_label_rows(pods))),
     )
     for name, rows in families:
-        out.writelines(_constant_series(name, rows, times))
+        if rows or name != "kube_pod_labels":
+            out.writelines(_constant_series(name, rows, times))
     return sum(len(rows) for _, rows in families) * len(times)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from podtailor.resources import CurrentResources, Resources
 from recommender.model.common import lower_multiplier, upper_multiplier
+from recommender.model.histogram import VPA_MEMORY_BUCKETS
 from recommender.model.policy import MAX_RESOURCE_AMOUNT
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, UsageBatch
@@ -61,16 +62,18 @@ def test_constant_usage_targets() -> None:
     n = 8 * 1440
     state.add(batch(series(n, 60.0, 0.5), series(n, 60.0, 5e8), step=60.0))
     rec = recommend(state)
-    # CPU 0.5 sits in bucket 25 (log_1.05(3.5) = 25.7): p90 = start(26) = 0.511135, x1.15 = 0.587805 -> 588m.
-    assert rec.target.cpu_millicores == 588
-    # Memory 5e8 sits in bucket 25 too (log_1.05(5e8 x 0.05/1e7 + 1) = log_1.05(3.5)): start(26) = 511.135 MB,
-    # x1.15 = 587.805 MB, rounded up to the byte.
-    assert rec.target.memory_bytes == int(np.ceil(edge(1e7, 26) * 1.15))
+    # CPU 0.5 sits in bucket 25 (log_1.05(3.5) = 25.7): p90 = start(26) = 0.511135 cores. In VPA's whole
+    # millicores, each step truncated (logic/estimator.go, model/types.go ScaleResource): 511m + int(511 x 0.15)
+    # = 511 + 76 = 587m.
+    assert rec.target.cpu_millicores == 587
+    # Memory 5e8 sits in bucket 25 too (log_1.05(5e8 x 0.05/1e7 + 1) = log_1.05(3.5)): start(26) = 511134537.6 B,
+    # 511134537 + int(511134537 x 0.15) = 511134537 + 76670180 = 587804717 B.
+    assert rec.target.memory_bytes == int(edge(1e7, 26)) + int(int(edge(1e7, 26)) * 0.15) == 587804717
     # Upper: p95 is the same bucket; c = min(11519 min / 1440, 8) = 7.99931 days -> x(1 + 1/c) = 1.125011:
-    # 0.587805 x 1.125011 = 0.661287 -> 662m.
-    assert rec.upper_bound.cpu_millicores == 662
-    # Lower: p50 is the same bucket, x(1 + 0.001/c)^-2 = 0.99975: 0.587658 -> 588m.
-    assert rec.lower_bound.cpu_millicores == 588
+    # int(587 x 1.125011) = int(660.38) = 660m.
+    assert rec.upper_bound.cpu_millicores == 660
+    # Lower: p50 is the same bucket, x(1 + 0.001/c)^-2 = 0.99975: int(586.85) = 586m.
+    assert rec.lower_bound.cpu_millicores == 586
     assert rec.confidence == pytest.approx(7.99931 / 8, abs=1e-5)  # c / 8-day full window
 
 
@@ -82,16 +85,17 @@ def test_hourly_prometheus_history_gets_vpa_low_confidence() -> None:
     state.add(batch(series(192, HOUR, 0.5), series(192, HOUR, 5e8)))
     assert state.confidence_days(VpaParams()) == pytest.approx(0.1333, abs=1e-4)  # 4 digits as in the comment
     rec = recommend(state)
-    # 0.587805 x 8.5 = 4.996342 -> 4997m.
-    assert rec.upper_bound.cpu_millicores == 4997
+    # int(587m x 8.5) = int(4989.5) = 4989m.
+    assert rec.upper_bound.cpu_millicores == 4989
 
 
 def test_floors_split_over_containers() -> None:
     state = get_strategy("vpa").new_state()
     state.add(batch(series(100, 60.0, 0.001), series(100, 60.0, 1e6), step=60.0))
     rec = recommend(state, ContainerPolicy(containers_in_pod=2))
-    # 25m / 2 = 12.5m -> 13m; 250 MiB / 2 = 131072000 bytes.
-    assert rec.target == Resources(cpu_millicores=13, memory_bytes=125 * MIB)
+    # VPA's pod minimum split in two, truncated (logic/recommender.go GetRecommendedPodResources: ScaleResource
+    # of the minimum by 1/containers): int(25m / 2) = 12m; 250 MiB / 2 = 131072000 bytes.
+    assert rec.target == Resources(cpu_millicores=12, memory_bytes=125 * MIB)
 
 
 def test_no_cpu_history_means_infinite_upper_capped() -> None:
@@ -141,3 +145,54 @@ def test_old_oom_is_dropped() -> None:
     state.add(batch(Samples.empty(), ooms=(OomKill(timestamp_s=NOW - 2 * DAY, memory_request_bytes=GIB),)))
     assert state.memory.oom_peak == 0.0  # older than last sample - 24h
 
+
+
+def _two_pods(days: int) -> UsageBatch:
+    """Two pods of one workload sampled hourly for ``days`` days: one at 200 MiB, one at 800 MiB."""
+    low, high = series(24 * days, HOUR, 200 * MIB), series(24 * days, HOUR, 800 * MIB)
+    ts = np.concatenate([low.timestamps_s, high.timestamps_s])
+    order = np.argsort(ts, kind="stable")
+    mem = Samples(timestamps_s=ts[order], values=np.concatenate([low.values, high.values])[order])
+    index = np.concatenate([np.zeros(len(low), np.int32), np.ones(len(high), np.int32)])[order]
+    return UsageBatch(cpu_cores=series(24 * days, HOUR, 0.5), cpu_interval_s=HOUR, memory_peak_bytes=mem,
+                      memory_interval_s=HOUR, memory_pods=("web-a", "web-b"), memory_pod_index=index)
+
+
+def test_memory_keeps_one_peak_per_pod_and_day() -> None:
+    # VPA: a peak per container of each pod and interval (model/container.go addMemorySample per ContainerState).
+    # Two pods for 4 days: 4 intervals x 2 pods = 8 peaks, half at 200 MiB, half at 800 MiB (pooled, it would be
+    # 4 peaks, all at 800 MiB).
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    state.add(_two_pods(4))
+    weights = state.memory.hist.hist.weights
+    assert np.count_nonzero(weights) == 2 and set(state.pod_windows) == {"web-a", "web-b"}
+    rec = recommend(state)
+    # p50 reaches half the (decayed, but equally so for both pods) weight in the 200 MiB bucket; p90 needs the
+    # 800 MiB one. So target comes from 800 MiB, and lowerBound from 200 MiB: its bucket edge 215.8 MB x 1.15 x
+    # (1 + 0.001 / (96 / 1440))^-2 = 240.7 MB, below the 250 MiB pod minimum, which it becomes (pooled, the p50
+    # would be 800 MiB too).
+    high_edge = VPA_MEMORY_BUCKETS.upper_edge(int(VPA_MEMORY_BUCKETS.find_buckets(np.array([800.0 * MIB]))[0]))
+    assert rec.target.memory_bytes == int(high_edge) + int(int(high_edge) * 0.15)
+    assert rec.lower_bound.memory_bytes == 250 * MIB
+    # The checkpoint keeps each pod's window (v2) and restores it; a v1 checkpoint restores without them.
+    data = state.to_checkpoint()
+    again = get_strategy("vpa").restore(data)
+    assert isinstance(again, VpaState) and set(again.pod_windows) == {"web-a", "web-b"}
+    assert again.pod_windows["web-b"].usage_peak == 800 * MIB
+    v1 = {k: v for k, v in data.items() if k != "pod_windows"} | {"version": 1}
+    old = get_strategy("vpa").restore(v1)
+    assert isinstance(old, VpaState) and old.pod_windows == {}
+
+
+def test_a_gone_pods_window_is_forgotten_but_its_peaks_stay() -> None:
+    state = get_strategy("vpa").new_state()
+    assert isinstance(state, VpaState)
+    state.add(_two_pods(1))
+    # Three days later only web-a reports: web-b's window is past the 2-interval horizon and dropped.
+    later = series(3, HOUR, 300 * MIB, end=NOW + 3 * DAY)
+    state.add(UsageBatch(cpu_cores=series(3, HOUR, 0.5, end=NOW + 3 * DAY), cpu_interval_s=HOUR,
+                         memory_peak_bytes=later, memory_interval_s=HOUR, memory_pods=("web-a",),
+                         memory_pod_index=np.zeros(3, np.int32)))
+    assert set(state.pod_windows) == {"web-a"}
+    assert np.count_nonzero(state.memory.hist.hist.weights) == 3  # 200, 800 and 300 MiB peaks

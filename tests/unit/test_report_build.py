@@ -173,11 +173,13 @@ def test_a_summary_counts_as_the_steps_it_stands_for_in_the_usage_shown() -> Non
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.floats(0, 1e12), st.integers(0, 50).map(float)), min_size=1, max_size=300),
+@given(st.lists(st.one_of(st.floats(1e-6, 1e12), st.just(0.0), st.integers(0, 50).map(float)), min_size=1,
+                max_size=300),
        st.lists(st.one_of(st.none(), st.integers(0, 2**40)), max_size=4))
 def test_distribution_is_numpys_percentiles_and_histogram(values: list[float], refs: list[int | None]) -> None:
     """The one-sort distribution gives what np.percentile (linear) gives, to the last bits of a float (numpy
-    orders its interpolation's operations its own way), and exactly the counts of np.histogram over [0, top]."""
+    orders its interpolation's operations its own way), and exactly the counts of np.histogram over [0, top].
+    (Usage below a millionth is left out: np.histogram itself refuses 24 bins over a range of denormals.)"""
     array = np.array(values)
     got = distribution(array, refs)
     assert got is not None

@@ -249,6 +249,25 @@ def test_build_batches_pools_pods_per_workload_and_skips_empty_keys() -> None:
     assert len(batch.cpu_throttled_fraction) == 0
 
 
+def test_build_batches_tells_each_memory_samples_pod_when_asked() -> None:
+    """``per_pod_memory`` (the vpa strategy's plan): the pooled memory samples keep their order and each gets
+    its pod's index; without it nothing is told (the default)."""
+    owners = OwnerIndex(pods={("shop", "web-1"): Workload(kind="StatefulSet", name="web"),
+                              ("shop", "web-2"): Workload(kind="StatefulSet", name="web")})
+
+    def usage() -> dict[tuple[str, str, str], PodUsage]:
+        return {("shop", "web-1", "app"): PodUsage(memory=[_samples([5, 6])]),
+                ("shop", "web-2", "app"): PodUsage(memory=[_samples([7], start=T0 + 30)])}
+
+    key = ContainerKey(namespace="shop", workload_kind="StatefulSet", workload_name="web", container="app")
+    told = build_batches(usage(), owners, cpu_interval_s=60, memory_interval_s=60, per_pod_memory=True)[key]
+    assert told.memory_peak_bytes.values.tolist() == [5, 7, 6]  # T0, T0 + 30, T0 + 60
+    assert told.memory_pods == ("web-1", "web-2") and told.memory_pod_index is not None
+    assert told.memory_pod_index.tolist() == [0, 1, 0]
+    pooled = build_batches(usage(), owners, cpu_interval_s=60, memory_interval_s=60)[key]
+    assert pooled.memory_pod_index is None and pooled.memory_pods == ()
+
+
 def test_throttling_read_sparsely_stands_beside_each_pods_own_cpu_samples() -> None:
     """Two pods of one workload at the same steps; throttling was read only where it was above zero (one step
     of the first pod). Pooled, each throttled fraction sits at its own pod's CPU sample, 0 elsewhere, so the
