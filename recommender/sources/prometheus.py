@@ -39,7 +39,9 @@ is missed.) Per-pod series are pooled per workload container by ``samples.build_
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import logging
 import time
 from collections import Counter, deque
@@ -306,9 +308,13 @@ class PrometheusSource:
     def _read_scope(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[_Part],
                     dropped: Counter[str]) -> OwnerIndex:
         """The scope's three owner queries (and, with sparse signals, the query for containers whose OOM
-        counter is above zero), then three or four range queries per chunk, each sent while the answer before
-        it is decoded; then the OOM counters of the containers that can show an OOM kill, and the follow-ups
-        (``_record_ooms``) for chunks in which one was seen."""
+        counter is above zero), then three range queries or four remote reads per chunk, each sent while the
+        answer before it is decoded; then the OOM counters of the containers that can show an OOM kill, and the
+        follow-ups (``_record_ooms``) for chunks in which one was seen.
+
+        The usage requests alternate between the two kinds where there are both (``_interleaved``): a remote
+        read costs Prometheus little and its decoding costs us more, a summary range query the other way round,
+        so while one side works on an answer the other works on the next."""
         sparse = self.config.sparse_signals
         range_s = grid.last_s - grid.first_s + grid.step_s + self.config.cpu_rate_window_s
         at = [("time", _t(grid.last_s))]
@@ -316,40 +322,43 @@ class PrometheusSource:
                    promql.job_owner_query(scope, range_s)]
         if sparse:
             instant.append(promql.oom_seen_query(scope, grid.last_s - grid.first_s + grid.step_s + _OOM_SEEN_MARGIN_S))
-        todo: list[tuple[str, Form | bytes]] = [self._form("query", [("query", q), *at]) for q in instant]
-        for part in parts:
+        raw_rows: dict[int, list[dict[PodKey, Rows]]] = {}
+        jobs: list[list[_Job]] = []
+        for index, part in enumerate(parts):
             if part.raw:
-                todo += [self._read_form(scope, metric, part.chunk, window)
-                         for metric, window in self._raw_metrics(part)]
+                rows = raw_rows.setdefault(index, [])
+                part_jobs = [_Job(self._read_form(scope, metric, part.chunk, window),
+                                  functools.partial(self._raw_answer, part=part, rows=rows, per_step=per_step,
+                                                    window_s=window))
+                             for (metric, window), per_step in zip(self._raw_metrics(part),
+                                                                   (rates, peaks, rates, rates), strict=True)]
             else:
-                todo += [self._range_form(promql.cpu_query(scope, part.window_s), part.chunk),
-                         self._range_form(promql.memory_peak_query(scope, part.chunk.step_s), part.chunk),
-                         self._range_form(promql.throttle_query(scope, part.window_s, sparse=sparse), part.chunk)]
+                part_jobs = [_Job(self._range_form(query, part.chunk),
+                                  functools.partial(self._range_answer, part=part, name=name, dropped=dropped))
+                             for name, query in (("cpu", promql.cpu_query(scope, part.window_s)),
+                                                 ("memory", promql.memory_peak_query(scope, part.chunk.step_s)),
+                                                 ("throttle", promql.throttle_query(scope, part.window_s,
+                                                                                    sparse=sparse)))]
             if not sparse:
-                todo.append(self._oom_form(scope, part.chunk))
-        answers = wire.ahead(todo)
+                part_jobs.append(_Job(self._oom_form(scope, part.chunk),
+                                      functools.partial(self._read_ooms, wire, scope, part, only=None,
+                                                        dropped=dropped)))
+            jobs.append(part_jobs)
+        usage_jobs = _interleaved([j for p, j in zip(parts, jobs, strict=True) if p.raw],
+                                  [j for p, j in zip(parts, jobs, strict=True) if not p.raw])
+        answers = wire.ahead([self._form("query", [("query", q), *at]) for q in instant]
+                             + [job.request for job in usage_jobs])
         owners = OwnerIndex.from_rows(self._labels(next(answers)), self._labels(next(answers)),
                                       self._labels(next(answers)))
         seen = self._oom_seen(next(answers)) if sparse else None
-        for part in parts:
-            if part.raw:
-                per_key = [self._from_raw(next(answers), part, per_step, window)
-                           for (_, window), per_step in zip(self._raw_metrics(part), (rates, peaks, rates, rates),
-                                                            strict=True)]
-                throttle = _throttled(per_key[2], per_key[3], sparse)
-                found: dict[str, list[Series]] = {"cpu": _series(per_key[0], part.chunk),
-                                                  "memory": _series(per_key[1], part.chunk),
-                                                  "throttle": _series(throttle, part.chunk)}
-            else:
-                found = {name: self._matrix(next(answers), part.chunk) for name in ("cpu", "memory", "throttle")}
-            for field_name, part_series in found.items():
-                for series in part_series:
-                    clean = drop_invalid(series, dropped)
-                    if len(clean.values):
-                        getattr(part.usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
-                            Samples(timestamps_s=clean.timestamps_s, values=clean.values))
-            if not sparse:
-                self._read_ooms(wire, scope, part, next(answers), None, dropped)
+        for job in usage_jobs:
+            job.handle(next(answers))
+        for index, rows in raw_rows.items():
+            cpu, memory, throttled, periods = rows
+            part = parts[index]
+            for name, per_key in (("cpu", cpu), ("memory", memory), ("throttle", _throttled(throttled, periods,
+                                                                                            sparse))):
+                self._keep(_series(per_key, part.chunk), part, name, dropped)
         if seen:
             narrow = promql.Scope(namespaces=tuple(sorted({k[0] for k in seen})),
                                   pods=tuple(sorted({k[1] for k in seen})), cluster=scope.cluster)
@@ -376,6 +385,22 @@ class PrometheusSource:
                             extra={"namespaces": len(scope.namespaces), "chunks": len(smaller), "error": str(err)})
                 parts = smaller
         raise AssertionError("unreachable")
+
+    def _raw_answer(self, fetched: Fetched, *, part: _Part, rows: list[dict[PodKey, Rows]],
+                    per_step: Callable[..., Rows], window_s: float) -> None:
+        rows.append(self._from_raw(fetched, part, per_step, window_s))
+
+    def _range_answer(self, fetched: Fetched, *, part: _Part, name: str, dropped: Counter[str]) -> None:
+        self._keep(self._matrix(fetched, part.chunk), part, name, dropped)
+
+    @staticmethod
+    def _keep(found: list[Series], part: _Part, field_name: str, dropped: Counter[str]) -> None:
+        """A part's series of one field, without invalid samples (counted in ``dropped``), into its usage."""
+        for series in found:
+            clean = drop_invalid(series, dropped)
+            if len(clean.values):
+                getattr(part.usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
+                    Samples(timestamps_s=clean.timestamps_s, values=clean.values))
 
     def _read_form(self, scope: promql.Scope, metric: str, chunk: GridRange, window_s: float) -> tuple[str, bytes]:
         """A remote read of ``metric``'s stored samples that the range query's selectors would see at the
@@ -474,6 +499,23 @@ class _Part:
     usage: dict[PodKey, PodUsage]
     raw: bool = False
     """CPU and memory come from a remote read of the stored samples (``raw_grid``), not from range queries."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """One usage request of a pass and what to do with its answer."""
+
+    request: tuple[str, Form | bytes]
+    handle: Callable[[Fetched], None]
+
+
+def _interleaved(raw: list[list[_Job]], ranged: list[list[_Job]]) -> list[_Job]:
+    """The jobs of the remote-read parts and of the range-query parts taken in turn, one of each kind at a
+    time, each kind in its own order (a part's answers are handled in the order asked)."""
+    a = [job for part in raw for job in part]
+    b = [job for part in ranged for job in part]
+    out = [job for pair in itertools.zip_longest(a, b) for job in pair if job is not None]
+    return out
 
 
 def _throttled(throttled: dict[PodKey, Rows], periods: dict[PodKey, Rows], sparse: bool) -> dict[PodKey, Rows]:

@@ -185,35 +185,50 @@ def _frame(buf: bytes, start: int, end: int) -> tuple[dict[str, str], int, int]:
 
 
 def _with_samples(buf: bytes, data: np.ndarray, frames: list[tuple[dict[str, str], int, int]]) -> list[RawSeries]:
-    """Every frame's samples: the frames whose samples are all full 18-byte records in one gather and check over
-    the whole answer, the others record run by record run (``_samples``)."""
-    sizes = np.array([f[2] - f[1] for f in frames], dtype=np.int64)
-    counts = sizes // _FULL
-    candidate = (sizes % _FULL == 0) & (counts > 0)
-    uniform = np.zeros(len(frames), dtype=bool)
-    times_all = values_all = None
-    offsets = np.zeros(len(frames) + 1, dtype=np.int64)
-    if candidate.any():
-        cand_counts = np.where(candidate, counts, 0)
-        offsets[1:] = np.cumsum(cand_counts)
-        rows = np.concatenate([data[f[1]:f[2]] for f, c in zip(frames, candidate, strict=True) if c]).reshape(-1, _FULL)
-        ok = _full_records(rows)
-        firsts = offsets[:-1][candidate]
-        uniform[candidate] = np.logical_and.reduceat(ok, firsts)
-        times_all = _ms6(rows[:, _FULL - 6:])
-        values_all = rows[:, 3:11].copy().view("<f8").ravel()
+    """Every frame's samples. A frame whose records are all full (value and six-byte time: 18 bytes), all
+    zero-valued (9 bytes), or one zero-valued record and then full ones (a counter that starts at 0) is read
+    as runs: the runs of all frames are checked and decoded in one pass over the answer per record width.
+    Any other frame, or one whose runs fail the check, goes record run by record run (``_samples``)."""
+    runs: dict[int, list[tuple[int, int, int]]] = {_FULL: [], _ZERO: []}  # width -> (frame, start, records)
+    for n, (_, start, stop) in enumerate(frames):
+        size = stop - start
+        if size < 2:
+            continue
+        length = buf[start + 1]
+        if length == 16 and size % _FULL == 0:
+            runs[_FULL].append((n, start, size // _FULL))
+        elif length == 7 and size % _FULL == _ZERO and size > _ZERO and buf[start + _ZERO + 1] == 16:
+            runs[_ZERO].append((n, start, 1))
+            runs[_FULL].append((n, start + _ZERO, (size - _ZERO) // _FULL))
+        elif length == 7 and size % _ZERO == 0:
+            runs[_ZERO].append((n, start, size // _ZERO))
+    decoded: dict[int, list[tuple[IntArray, FloatArray]]] = {}
+    bad: set[int] = set()
+    for width in (_ZERO, _FULL):  # a frame's zero-valued first record before its full ones
+        found = runs[width]
+        if not found:
+            continue
+        rows = np.concatenate([data[s:s + width * c] for _, s, c in found]).reshape(-1, width)
+        offsets = np.zeros(len(found) + 1, dtype=np.int64)
+        np.cumsum([c for _, _, c in found], out=offsets[1:])
+        ok = np.logical_and.reduceat(_records_ok(rows, width), offsets[:-1])
+        times = _ms6(rows, width - 6)
+        values = rows[:, 3:11].copy().view("<f8").ravel() if width == _FULL else np.zeros(len(rows))
+        for (n, _, _), good, a, b in zip(found, ok, offsets[:-1], offsets[1:], strict=True):
+            if good:
+                decoded.setdefault(n, []).append((times[a:b], values[a:b]))
+            else:
+                bad.add(n)
     out = []
     for n, (labels, start, stop) in enumerate(frames):
-        if uniform[n]:
-            assert times_all is not None and values_all is not None
-            t, v = times_all[offsets[n]:offsets[n + 1]], values_all[offsets[n]:offsets[n + 1]]
-        else:
-            times: list[IntArray] = []
-            values: list[FloatArray] = []
-            if stop > start:
-                _samples(buf, start, stop, times, values)
-            t = np.concatenate(times) if times else np.empty(0, dtype=np.int64)
-            v = np.concatenate(values) if values else np.empty(0, dtype=np.float64)
+        parts = decoded.get(n) if n not in bad else None
+        if parts is None and stop > start:
+            parts_t: list[IntArray] = []
+            parts_v: list[FloatArray] = []
+            _samples(buf, start, stop, parts_t, parts_v)
+            parts = list(zip(parts_t, parts_v, strict=True))
+        t = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, dtype=np.int64)
+        v = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, dtype=np.float64)
         fresh = v.view(np.uint64) != STALE_NAN_BITS
         if not fresh.all():
             t, v = t[fresh], v[fresh]
@@ -221,11 +236,15 @@ def _with_samples(buf: bytes, data: np.ndarray, frames: list[tuple[dict[str, str
     return out
 
 
-def _full_records(rows: np.ndarray) -> np.ndarray:
-    """Rows (one 18-byte record each) that are samples with a value and a six-byte time."""
-    tail = rows[:, _FULL - 6:]
-    ok: np.ndarray = ((rows[:, 0] == 0x12) & (rows[:, 1] == 16) & (rows[:, 2] == 0x09) & (rows[:, 11] == 0x10)
-            & ((tail[:, :5] & 0x80) == 0x80).all(axis=1) & (tail[:, 5] < 0x80))
+def _records_ok(rows: np.ndarray, width: int) -> np.ndarray:
+    """Rows (one record each) that are samples of this width: with a value (18 bytes) or a zero value left
+    out (9 bytes), and a six-byte time."""
+    tail = rows[:, width - 6:]
+    ok: np.ndarray = ((rows[:, 0] == 0x12) & ((tail[:, :5] & 0x80) == 0x80).all(axis=1) & (tail[:, 5] < 0x80))
+    if width == _FULL:
+        ok &= (rows[:, 1] == 16) & (rows[:, 2] == 0x09) & (rows[:, 11] == 0x10)
+    else:
+        ok &= (rows[:, 1] == 7) & (rows[:, 2] == 0x10)
     return ok
 
 
@@ -241,7 +260,7 @@ def _samples(buf: bytes, i: int, end: int, times: list[IntArray], values: list[F
         if run:
             width, count = run
             records = data[pos:pos + width * count].reshape(count, width)
-            times.append(_ms6(records[:, width - 6:]))
+            times.append(_ms6(records, width - 6))
             values.append(records[:, 3:11].copy().view("<f8").ravel() if width == _FULL
                           else np.zeros(count, dtype=np.float64))
             pos += width * count
@@ -265,19 +284,17 @@ def _run(data: np.ndarray, pos: int, size: int, width: int) -> tuple[int, int] |
     count = (size - pos) // width
     if count == 0:
         return None
-    r = data[pos:pos + width * count].reshape(count, width)
-    if width == _FULL:
-        ok = _full_records(r)
-    else:
-        tail = r[:, width - 6:]
-        ok = ((r[:, 0] == 0x12) & (r[:, 1] == 7) & (r[:, 2] == 0x10)
-              & ((tail[:, :5] & 0x80) == 0x80).all(axis=1) & (tail[:, 5] < 0x80))
-    bad = np.flatnonzero(~ok)
+    bad = np.flatnonzero(~_records_ok(data[pos:pos + width * count].reshape(count, width), width))
     n = int(bad[0]) if bad.size else count
     return (width, n) if n else None
 
 
-def _ms6(tail: np.ndarray) -> IntArray:
-    """Six-byte varints (one per row) as int64."""
-    b = (tail & 0x7F).astype(np.int64)
-    return b[:, 0] | b[:, 1] << 7 | b[:, 2] << 14 | b[:, 3] << 21 | b[:, 4] << 28 | b[:, 5] << 35
+def _ms6(rows: np.ndarray, at: int) -> IntArray:
+    """The six-byte varint at byte ``at`` of each row as int64: the row's bytes ``at - 2 .. at + 5`` read as one
+    little-endian word, shifted past the two bytes before it, and its seven-bit groups gathered (about seven
+    times faster than widening every byte to int64)."""
+    word = rows[:, at - 2:at + 6].copy().view("<u8").ravel() >> np.uint64(16)
+    out = word & np.uint64(0x7F)
+    for i in range(1, 6):
+        out |= (word >> np.uint64(i)) & np.uint64(0x7F << (7 * i))
+    return out.astype(np.int64)

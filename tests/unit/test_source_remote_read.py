@@ -61,18 +61,20 @@ def test_answers_decode_to_the_samples_written() -> None:
     mixed = [(T0, 0.0), (T0 + 15_000, 0.0), (T0 + 30_000, 2.5), (T0 + 45_000, -1.0), (T0 + 60_000, 0.0),
              (T0 + 75_000, math.inf), (T0 + 90_000, 7.0)]  # zeros (9-byte records) between full ones
     old = [(1_000, 1.0), (2_000, 2.0)]  # 1970: two-byte times, decoded record by record
+    started = [(T0, 0.0), *steady[1:]]  # a counter from zero: one 9-byte record, then 18-byte ones
+    idle = [(T0 + 15_000 * i, 0.0) for i in range(20)]  # never throttled: 9-byte records only
     answer = encode_response([
         [({"__name__": "m", "namespace": "shop", "pod": "p-1", "container": "app"}, steady),
          ({"namespace": "shop", "pod": "p-2", "container": "app", "empty": ""}, mixed),
-         ({"namespace": "x"}, [])],
+         ({"namespace": "x"}, []), ({"pod": "started"}, started), ({"pod": "idle"}, idle)],
         [({"pod": "über-ünïcode"}, old)],
     ])
     first, second = decode_response(answer)
     assert [s.labels for s in first] == [
         {"__name__": "m", "container": "app", "namespace": "shop", "pod": "p-1"},
         {"container": "app", "empty": "", "namespace": "shop", "pod": "p-2"},
-        {"namespace": "x"}]
-    for got, want in zip(first, [steady, mixed, []], strict=True):
+        {"namespace": "x"}, {"pod": "started"}, {"pod": "idle"}]
+    for got, want in zip(first, [steady, mixed, [], started, idle], strict=True):
         assert got.times_ms.tolist() == [t for t, _ in want]
         assert got.values.tolist() == [v for _, v in want]
     assert second[0].labels == {"pod": "über-ünïcode"} and second[0].times_ms.tolist() == [1_000, 2_000]
