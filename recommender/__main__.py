@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
@@ -115,8 +115,8 @@ def cmd_once(args: argparse.Namespace) -> int:
     return 1 if report.stale else 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from podtailor.runtime.loop import RunLoop, until_stopped
+def cmd_run(args: argparse.Namespace) -> NoReturn:
+    from podtailor.runtime.loop import RunLoop, leave, until_stopped
     from podtailor.runtime.serve import PassFreshness, make_server
 
     registry = CollectorRegistry()
@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         loop.join()
         engine.checkpoint_all(time.time())
     server.shutdown()
-    return 0
+    leave(0)  # not through interpreter finalization, which can abort at a daemon thread (see leave)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
@@ -211,8 +211,8 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
     return stop
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from podtailor.runtime.loop import Due, RunLoop, until_stopped
+def cmd_run(args: argparse.Namespace) -> NoReturn:
+    from podtailor.runtime.loop import Due, RunLoop, leave, until_stopped
     from podtailor.runtime.serve import PassFreshness, make_server
 
     registry = CollectorRegistry()
@@ -246,7 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     until_stopped(api, args, start_work=start_work, log=log)
     loop.stop()  # a pass in progress is not waited for: the journal makes it safe to resume
     server.shutdown()
-    return 0
+    leave(0)  # not through interpreter finalization, which can abort at a daemon thread (see leave)
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

@@ -48,9 +48,14 @@ def condition(pod: client.V1Pod, ctype: str) -> client.V1PodCondition | None:
 
 
 def settled(core: client.CoreV1Api, ns: str, name: str, generation: int) -> client.V1Pod | None:
+    """The pod once the kubelet has observed ``generation``, shows no resize condition, and reports as running
+    what it allocated. The last clause matters on a real kubelet: its status writes are batched, and CI once
+    read a pod with neither condition whose containers' status still showed the requests from before."""
     pod = core.read_namespaced_pod(name, ns)
     done = (pod.status.observed_generation or 0) >= generation and not any(
-        condition(pod, t) for t in ("PodResizePending", "PodResizeInProgress"))
+        condition(pod, t) for t in ("PodResizePending", "PodResizeInProgress")) and all(
+        dict(s.allocated_resources or {}) == dict((s.resources.requests if s.resources else None) or {})
+        for s in pod.status.container_statuses or ())
     return pod if done else None
 
 

@@ -8,6 +8,9 @@ start a thread late, but the loop must never start a pass early."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -142,3 +145,19 @@ def test_stop_starts_no_pass_and_join_waits_for_the_one_in_progress() -> None:
     loop.start()  # after stop: nothing
     time.sleep(U)
     assert len(passes.starts) == 1
+
+
+def test_leave_flushes_what_was_written_and_exits_with_the_code_while_a_daemon_thread_runs() -> None:
+    script = textwrap.dedent("""
+        import logging, sys, threading, time
+        from podtailor.runtime.loop import leave
+        threading.Thread(target=lambda: [time.sleep(0.001) for _ in iter(int, 1)], daemon=True).start()
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+        logging.getLogger("t").info("checkpoint written")
+        sys.stdout.write("buffered, no newline")
+        leave(3)
+        print("never")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (3, "buffered, no newline")
+    assert "checkpoint written" in done.stderr

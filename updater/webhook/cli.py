@@ -164,4 +164,8 @@ def run_webhook(args: argparse.Namespace) -> int:
     cache.stop_watching()
     server.shutdown()
     log.info("webhook stopped")
+    if getattr(args, "stop", None) is None:  # a process of its own: not through interpreter finalization
+        from podtailor.runtime.loop import leave
+
+        leave(0)
     return 0
