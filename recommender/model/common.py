@@ -24,13 +24,18 @@ GIB = 1024 * MIB
 
 
 def _check_samples(name: str, samples: Samples, *, upper: float | None = None) -> None:
-    if not np.all(np.isfinite(samples.timestamps_s)):
+    times, values = samples.timestamps_s, samples.values
+    if times.size and not (np.isfinite(np.minimum.reduce(times, axis=None))
+                           and np.isfinite(np.maximum.reduce(times, axis=None))):  # a NaN reaches both, an inf one
         raise ValueError(f"{name}: non-finite timestamp")
-    if not np.all(np.isfinite(samples.values)):
+    if values.size == 0:
+        return
+    low, high = np.minimum.reduce(values, axis=None), np.maximum.reduce(values, axis=None)
+    if not np.isfinite(low) or not np.isfinite(high):  # a NaN propagates into both, an inf into one
         raise ValueError(f"{name}: NaN or infinite value")
-    if np.any(samples.values < 0):
+    if low < 0:
         raise ValueError(f"{name}: negative value")
-    if upper is not None and np.any(samples.values > upper):
+    if upper is not None and high > upper:
         raise ValueError(f"{name}: value above {upper}")
 
 

@@ -87,10 +87,19 @@ VPA_MEMORY_BUCKETS = BucketScheme(first_bucket_size=1e7, ratio=1.05, max_value=1
 """VPA's memory histogram: 10 MB, +5% per bucket, up to 1 TB: 176 buckets."""
 
 
+def _finite_non_negative(values: FloatArray | float) -> bool:
+    """Every value finite and >= 0, in two reductions: a NaN or -inf fails ``min >= 0`` (NaN propagates through
+    both), +inf fails ``isfinite(max)``."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return True
+    return bool(np.minimum.reduce(arr, axis=None) >= 0.0) and bool(np.isfinite(np.maximum.reduce(arr, axis=None)))
+
+
 def _check_values(values: FloatArray, weights: FloatArray | float) -> None:
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
+    if not _finite_non_negative(values):
         raise ValueError("histogram values must be finite and non-negative")
-    if not np.all(np.isfinite(weights)) or np.any(np.asarray(weights) < 0):
+    if not _finite_non_negative(weights):
         raise ValueError("histogram weights must be finite and non-negative")
 
 

@@ -185,9 +185,14 @@ class SlotMax:
         starts = np.flatnonzero(np.concatenate([[True], slots[1:] != slots[:-1]]))
         maxima = np.maximum.reduceat(samples.values, starts)
         counts = np.diff(np.append(starts, slots.size))
-        for slot, peak, count in zip(slots[starts].tolist(), maxima.tolist(), counts.tolist(), strict=True):
-            self.maxima[slot] = max(self.maxima.get(slot, peak), peak)
-            self.counts[slot] = self.counts.get(slot, 0) + count
+        new_slots = slots[starts].tolist()
+        if self.maxima.keys().isdisjoint(new_slots):  # slots not seen before (a cold read): no merging
+            self.maxima.update(zip(new_slots, maxima.tolist(), strict=True))
+            self.counts.update(zip(new_slots, counts.tolist(), strict=True))
+        else:
+            for slot, peak, count in zip(new_slots, maxima.tolist(), counts.tolist(), strict=True):
+                self.maxima[slot] = max(self.maxima.get(slot, peak), peak)
+                self.counts[slot] = self.counts.get(slot, 0) + count
         keep_from = int(slots[-1]) - math.ceil(self.retention_s / self.slot_s)
         for slot in [s for s in self.maxima if s < keep_from]:
             del self.maxima[slot]

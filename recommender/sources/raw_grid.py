@@ -63,14 +63,34 @@ class _Laid:
         sizes = np.array([s.times_ms.size for s in series], dtype=np.int64)
         self.starts = np.zeros(len(series) + 1, dtype=np.int64)
         np.cumsum(sizes, out=self.starts[1:])
-        shift = np.repeat(np.arange(len(series), dtype=np.int64) * _SHIFT, sizes)
+        ids = np.repeat(np.arange(len(series), dtype=np.int64), sizes)
         empty = np.empty(0)
-        self.times = (np.concatenate([s.times_ms for s in series]) if series else empty.astype(np.int64)) + shift
+        local = np.concatenate([s.times_ms for s in series]) if series else empty.astype(np.int64)
+        self.times = local + ids * _SHIFT
         self.values = np.concatenate([s.values for s in series]) if series else empty
         ends = at_ms[None, :] + (np.arange(len(series), dtype=np.int64) * _SHIFT)[:, None]
-        self.first = np.searchsorted(self.times, ends - width_ms, side="left")
-        self.last = np.searchsorted(self.times, ends, side="right") - 1
+        step = int(at_ms[1] - at_ms[0]) if at_ms.size > 1 else 0
+        if step > 0 and bool(np.all(np.diff(at_ms) == step)):
+            # Evenly spaced grid times (the source's grids): count instead of searching. The window at grid
+            # index j holds the samples with at[j] - width <= t <= at[j], so the first index is the count of
+            # the samples before at[j] - width and the last is the count up to at[j], minus one; a sample
+            # counts from the grid index its time maps to on, found by one integer division each.
+            a0 = int(at_ms[0])
+            self.first = self._counted_from(ids, (local + width_ms - a0) // step + 1, at_ms.size)
+            self.last = self._counted_from(ids, -((a0 - local) // step), at_ms.size) - 1
+        else:  # any other times: a binary search per (series, time), same answers
+            self.first = np.searchsorted(self.times, ends - width_ms, side="left")
+            self.last = np.searchsorted(self.times, ends, side="right") - 1
         self.ends = ends
+
+    def _counted_from(self, ids: IntArray, from_index: IntArray, points: int) -> IntArray:
+        """For each (series, grid index j), the global count of samples before that series' own plus those of
+        its own whose ``from_index`` <= j: ``searchsorted`` over the laid times, computed with one bincount."""
+        series = self.starts.size - 1
+        cells = ids * (points + 1) + np.clip(from_index, 0, points)
+        counts = np.bincount(cells, minlength=series * (points + 1)).reshape(series, points + 1)[:, :points]
+        out: IntArray = np.cumsum(counts, axis=1) + self.starts[:-1, None]
+        return out
 
 
 def rates(series: Sequence[RawSeries], at_ms: IntArray, window_ms: int) -> Rows:

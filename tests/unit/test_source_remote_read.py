@@ -209,6 +209,29 @@ def test_rates_and_peaks_equal_a_window_by_window_reading(steps_a: list[tuple[in
                 assert got_peaks.values[row, col] == max(inside)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 70), st.floats(0, 50)), max_size=30), min_size=1, max_size=4),
+       st.integers(0, 200), st.integers(1, 300), st.integers(1, 90), st.integers(1, 40))
+def test_an_even_grid_counts_the_windows_a_binary_search_finds(
+        steps: list[list[tuple[int, float]]], offset_s: int, width_s: int, step_s: int, points: int) -> None:
+    """The even-grid path of the windows (counting) against the binary search the same windows take one grid
+    time at a time: gaps of zero (equal times), samples before the first and after the last grid time, windows
+    narrower than a step and wider than the history."""
+    def build(gaps: list[tuple[int, float]]) -> RawSeries:
+        times = np.cumsum([T0] + [g * 1000 for g, _ in gaps])[1:].tolist()
+        return _series(times, [v for _, v in gaps])
+
+    series = [build(g) for g in steps]
+    at = T0 + offset_s * 1000 + step_s * 1000 * np.arange(points, dtype=np.int64)
+    whole_r, whole_p = rates(series, at, width_s * 1000), peaks(series, at, width_s * 1000)
+    for col in range(points):
+        one_r, one_p = rates(series, at[col:col + 1], width_s * 1000), peaks(series, at[col:col + 1], width_s * 1000)
+        np.testing.assert_array_equal(whole_r.present[:, col], one_r.present[:, 0])
+        np.testing.assert_array_equal(whole_r.values[:, col], one_r.values[:, 0])
+        np.testing.assert_array_equal(whole_p.present[:, col], one_p.present[:, 0])
+        np.testing.assert_array_equal(whole_p.values[:, col], one_p.values[:, 0])
+
+
 def test_remote_matchers_keep_a_single_value_exact() -> None:
     scope = promql.Scope(namespaces=("a.b",))
     assert promql.remote_matchers("m", scope)[1] == Matcher(kind=EQ, name="namespace", value="a.b")
