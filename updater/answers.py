@@ -1,20 +1,25 @@
 """What the API server and the kubelet answer to a resize, by version, as typed values (pure).
 
 Owns the kinds of answer the updater acts on differently, so that no other module reads an error string:
-``Refusal`` (why the API server refused a write: above the node's allocatable, exceeded quota, "not now"),
-``InfeasibleCause`` (why the kubelet marked a resize ``PodResizePending``/``Infeasible``) and ``ServerFeatures``
-(what the server's version gives). The adapters classify once, at the edge (``updater/kube/refusals.py`` for
-refusals, ``updater/kube/pods.py`` for the kubelet's conditions), with the functions here; the state machine
-and the planner read only the kinds. Upstream, v1.37.2:
+``Refusal`` (why the API server refused a write: above the node's allocatable, exceeded quota, a disruption
+budget, "not now"), ``InfeasibleCause`` (why the kubelet marked a resize ``PodResizePending``/``Infeasible``)
+and ``ServerFeatures`` (what the server's version gives). The adapters classify once, at the edge
+(``updater/kube/refusals.py`` for refusals, ``updater/kube/pods.py`` for the kubelet's conditions), with the
+functions here; the state machine and the planner read only the kinds. Upstream, v1.37.2:
 
 - ``PodResizeValidator`` (``plugin/pkg/admission/podresize/admission.go``, ``resizeValidationError``), from
-  1.36: a 403 whose ``details.causes[].type`` is ``NodeCapacity`` ("node didn't have enough allocatable
-  resources: ...") or ``UnsupportedPlatform``. Absent up to 1.35, where the kubelet answers Infeasible
-  ("Node didn't have enough capacity", ``canResizePod``).
+  1.36: a 403 whose ``details.causes[]`` type (``reason`` on the wire) is ``NodeCapacity`` ("node didn't have
+  enough allocatable resources: ...") or ``UnsupportedPlatform``. Absent up to 1.35, where the kubelet answers
+  Infeasible ("Node didn't have enough capacity", ``canResizePod``).
 - ResourceQuota admission (``k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``,
   ``checkRequest``): a 403 "exceeded quota: <name>, requested: ..., used: ..., limited: ..."; also "must
   specify ..." (``pkg/quota/v1/evaluator/core/pods.go``, ``Constraints``) and "status unknown for quota".
   admission.NewForbidden gives these no cause type, so their message prefix is the only mark.
+- The Eviction API (``pkg/registry/core/pod/storage/eviction.go``, ``checkAndDecrement`` and
+  ``createTooManyRequestsError``): a budget that allows no disruption answers 429 "Cannot evict pod as it would
+  violate the pod's disruption budget." with a cause of type ``DisruptionBudget`` whose message names the
+  budget ("The disruption budget web needs 2 healthy pods and has 2 currently"); a budget whose status is not
+  usable answers 403 with the same cause type. API Priority and Fairness answers 429 without it.
 - The kubelet's resize admit handler (``pkg/kubelet/allocation/handlers.go``, ``Admit``) in 1.37 is the only
   source of Infeasible: the feature off or the platform unsupported, swap, pod-level resize disabled,
   memory-backed emptyDir volumes, and Guaranteed pods beside the static CPU or Memory Manager. A request
@@ -40,7 +45,11 @@ class Refusal(enum.StrEnum):
     QUOTA = "quota"
     """403 from ResourceQuota admission. Never goes to the fallback: the replacement would be refused too."""
     NOT_NOW = "not-now"
-    """429: a PodDisruptionBudget (eviction) or API Priority and Fairness; retried after a back-off."""
+    """429 with no budget as its cause (API Priority and Fairness): the write waits, retried after a back-off."""
+    DISRUPTION_BUDGET = "disruption-budget"
+    """The Eviction API's refusal by the pod's PodDisruptionBudget (cause type ``DisruptionBudget``; a 429, or a
+    403 while the budget's status is unusable): that pod's outcome for now, never its batch's. It stays at its
+    size and is retried after a back-off; the other pods go on (``updater.rollout.machine_effects.answered``)."""
     OTHER = "other"
 
 
@@ -80,11 +89,28 @@ def infeasible_cause(message: str) -> InfeasibleCause:
     return next((cause for fragment, cause in _INFEASIBLE_TEXTS if fragment in text), InfeasibleCause.UNKNOWN)
 
 
+_BUDGET_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget"
+BUDGET_CAUSE = "DisruptionBudget"
+"""The ``details.causes[]`` type (``reason`` on the wire) of the Eviction API's refusals by a PodDisruptionBudget
+(policy/v1 ``DisruptionBudgetCause``)."""
+
+
+def too_many_requests_refusal(message: str, cause_types: Iterable[str] = ()) -> Refusal:
+    """The kind of a 429: a PodDisruptionBudget's refusal of an eviction (its cause type, or its message when a
+    proxy lost the cause), or "not now" (API Priority and Fairness)."""
+    if BUDGET_CAUSE in set(cause_types) or message.startswith(_BUDGET_MESSAGE):
+        return Refusal.DISRUPTION_BUDGET
+    return Refusal.NOT_NOW
+
+
 def forbidden_refusal(message: str, cause_types: Iterable[str] = ()) -> Refusal:
-    """The kind of a 403 on ``pods/resize`` or a pod create. ``message`` is the Status message (the API server
-    prefixes it with 'pods "name" is forbidden: '); ``cause_types`` its ``details.causes[].type``."""
-    if "NodeCapacity" in set(cause_types):
+    """The kind of a 403 on ``pods/resize``, a pod create or an eviction. ``message`` is the Status message (the
+    API server prefixes it with 'pods "name" is forbidden: '); ``cause_types`` its causes' types."""
+    causes = set(cause_types)
+    if "NodeCapacity" in causes:
         return Refusal.ABOVE_ALLOCATABLE
+    if BUDGET_CAUSE in causes:
+        return Refusal.DISRUPTION_BUDGET
     _, _, reason = message.partition("is forbidden: ")
     reason = (reason or message).strip()
     if reason.startswith(_QUOTA_PREFIXES):

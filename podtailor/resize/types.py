@@ -96,6 +96,8 @@ class Reason(enum.StrEnum):
     SINGLE_REPLICA = "single-replica-not-evicted"
     DO_NOT_DISRUPT = "do-not-disrupt"
     TEMPLATE_REVERTED = "template-reverted-by-another-manager"
+    DISRUPTION_BUDGET = "disruption-budget"
+    """Its eviction was refused by its PodDisruptionBudget: held until the back-off ends, then tried again."""
     NO_CONTROLLER = "no-controller-not-evicted"
     IN_PROGRESS_TIMEOUT = "in-progress-timeout"
     POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"

@@ -66,6 +66,11 @@ def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(
     base.test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(scenario, webhook)
 
 
+def test_a_budget_that_allows_nothing_holds_only_its_own_pods(
+        scenario: OwnKubeletsScenario, webhook: Any) -> None:
+    base.test_a_budget_that_allows_nothing_holds_only_its_own_pods(scenario, webhook)
+
+
 def test_a_single_replica_is_left_alone_and_flagged(scenario: OwnKubeletsScenario) -> None:
     base.test_a_single_replica_is_left_alone_and_flagged(scenario)
 

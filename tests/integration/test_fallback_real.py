@@ -2,8 +2,9 @@
 
 A target above the node's allocatable cannot be resized in place (the API server refuses it): the updater
 evicts within the budget, and the replacement is admitted at the target by the webhook and scheduled where
-it fits. A PodDisruptionBudget that allows nothing holds the eviction (backing off, not looping) until it
-allows one; single-replica workloads are left alone; template mode rolls the workload instead.
+it fits. A PodDisruptionBudget that allows nothing holds the eviction of its own pods (backing off, not looping)
+until it allows one, and never the other pods of the pool; single-replica workloads are left alone; template
+mode rolls the workload instead.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from podtailor.resize.types import Reason
 from podtailor.units import parse_cpu_millicores
 from tests.builders.cluster import Scenario
 from tests.waiting import eventually
+from updater.policy.types import Action
 from updater.rollout.journal import Phase
 
 pytestmark = pytest.mark.cluster
@@ -106,20 +109,109 @@ def test_a_budget_that_allows_nothing_holds_the_eviction_then_lets_it_go(
     webhook()
     s.policy(disruptionBudget=0.5, steps=[{"fraction": 1, "bake": "1s"}])
     executor = s.executor()
+    before = {p.metadata.uid for p in s.running("held")}
     deadline = time.monotonic() + 25
     while time.monotonic() < deadline:
         executor.run_pass(time.time())
         time.sleep(0.5)
-    [r] = s.rollouts()
-    blocked = [e for e in r.entries if e.state.value == "Blocked"]
-    # About 50 passes in 25 s, but back-off (10 s, then 20 s) allows only a few eviction attempts.
-    assert blocked and 1 <= blocked[0].attempts <= 3, [(e.state, e.attempts) for e in r.entries]
-    assert len(s.running("held")) == 2  # nothing evicted while the budget allowed nothing
+    # Each refused pod is Blocked and its batch goes on; later rollouts try it again after its back-off.
+    entries = [e for r in s.rollouts() for e in r.entries]
+    refusals = {uid: max(e.attempts for e in entries if e.uid == uid) for uid in {e.uid for e in entries}}
+    # About 50 passes in 25 s, but the back-off (10 s, then 20 s) allows each pod only a few eviction attempts.
+    assert refusals.keys() == before and all(1 <= n <= 3 for n in refusals.values()), refusals
+    assert {p.metadata.uid for p in s.running("held")} == before  # nothing evicted while the budget allowed nothing
     policy_api.patch_namespaced_pod_disruption_budget("held", s.ns, {"spec": {"minAvailable": 1}})
-    s.run_until(executor, s.settled, timeout_s=150)
-    assert s.rollouts()[0].phase == Phase.COMPLETED
-    assert all(parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 2500
-               for p in s.running("held"))
+    s.run_until(executor, lambda: s.settled() and len(pods := s.running("held")) == 2 and all(
+        parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 2500 for p in pods), timeout_s=150)
+    assert all(r.phase == Phase.COMPLETED for r in s.rollouts())
+    assert not ({p.metadata.uid for p in s.running("held")} & before)  # both replaced once the budget allowed it
+
+
+def test_a_budget_that_allows_nothing_holds_only_its_own_pods(
+    scenario: Scenario, webhook: Callable[[], None]
+) -> None:
+    """Two workloads in one pool go to the fallback, one pod of each per batch: ``guarded`` under a PDB that
+    allows no disruption, ``big`` under none. The PDB's refusal is ``guarded``'s outcome, not a reason to hold up
+    ``big``: both of ``big``'s pods are replaced at the target, ``guarded``'s stay as they were (never evicted
+    against the budget), with the refusal in an Event on each of them and in the journal."""
+    s = scenario
+    _small(s)
+    _grow(s, "big", 2)
+    _grow(s, "guarded", 2)
+    _big(s)
+    policy_api = client.PolicyV1Api(s.api)
+    policy_api.create_namespaced_pod_disruption_budget(s.ns, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}})
+    eventually("the PDB observed", lambda: (st := policy_api.read_namespaced_pod_disruption_budget_status(
+        "guarded", s.ns).status) and st.current_healthy == 2 and st.disruptions_allowed == 0, timeout_s=30)
+    s.vpa("big", {"cpu": "2500m", "memory": "128Mi"})
+    s.vpa("guarded", {"cpu": "2500m", "memory": "128Mi"})
+    webhook()
+    s.policy(disruptionBudget=0.5, steps=[{"fraction": 1, "bake": "1s"}])
+    executor = s.executor()
+    big_before = {p.metadata.uid for p in s.running("big")}
+    guarded_before = {p.metadata.uid for p in s.running("guarded")}
+    guarded_seen: set[str] = set()
+
+    def guarded_now() -> set[str]:
+        """The uids of the guarded pods now, running or not; each is also kept in ``guarded_seen``."""
+        uids = {p.metadata.uid for p in s.core.list_namespaced_pod(s.ns, label_selector="app=guarded").items}
+        guarded_seen.update(uids)
+        return uids
+
+    def big_at_target() -> bool:
+        guarded_now()  # every guarded pod that ever existed, each pass
+        running = s.running("big")
+        return len(running) == 2 and not ({p.metadata.uid for p in running} & big_before) and all(
+            parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 2500 for p in running)
+
+    # Before the fix, the first fallback batch (one pod of each) waited on the refused pod with back-off, so
+    # the second batch, holding big's other pod, never started: this timed out with one of big's pods evicted.
+    s.run_until(executor, big_at_target, timeout_s=150)
+    first = sorted(s.rollouts(), key=lambda r: r.name)[0]
+    assert [(e.workload_name, e.batch) for e in first.entries] == [("big", 0), ("guarded", 0), ("big", 1),
+                                                                  ("guarded", 1)]
+    s.run_until(executor, lambda: first.name in {r.name for r in s.rollouts() if r.phase == Phase.COMPLETED},
+                timeout_s=30)
+    first = next(r for r in s.rollouts() if r.name == first.name)
+    assert first.message.startswith("all batches baked: 2 of 4 pods changed") and "2 Blocked" in first.message, \
+        first.message
+    blocked = [e for e in first.entries if e.workload_name == "guarded"]
+    assert all(e.state.value == "Blocked" and e.attempts >= 1 for e in blocked), blocked
+    assert all("PodDisruptionBudget" in e.message and "The disruption budget guarded" in e.message
+               for e in blocked), [e.message for e in blocked]
+    # Nothing evicted against the budget: the guarded pods are the ones from the start, never deleted,
+    # untouched (still at their own size).
+    assert guarded_seen == guarded_before
+    pods = s.core.list_namespaced_pod(s.ns, label_selector="app=guarded").items
+    assert {p.metadata.uid for p in pods} == guarded_before and not any(p.metadata.deletion_timestamp for p in pods)
+    assert all(parse_cpu_millicores(p.spec.containers[0].resources.requests["cpu"]) == 500 for p in pods)
+    events = s.core.list_namespaced_event(s.ns, field_selector="reason=EvictionBlocked").items
+    assert {e.involved_object.uid for e in events} == guarded_before, [(e.involved_object.name, e.message)
+                                                                        for e in events]
+    assert all(e.type == "Warning" and "PodDisruptionBudget" in e.message for e in events), [e.message
+                                                                                           for e in events]
+    # Later passes try the guarded pods again once their back-off ends (10 s, then 20 s), in rollouts of their
+    # own: never lost, never in a tight loop, never evicted. Until then the plan holds them as a skip.
+    refusals = {e.uid: e.attempts for e in blocked}
+    held: set[str] = set()
+    deadline = max(e.not_before_s or 0.0 for e in blocked) + 5  # each back-off ends in here, the next is >= 20 s
+    while time.time() < deadline:
+        _, plans = executor.plan(time.time())
+        held |= {d.uid for _, plan in plans for d in plan.decisions
+                 if d.reason == Reason.DISRUPTION_BUDGET and d.action == Action.SKIP and d.held == Action.FALLBACK}
+        executor.run_pass(time.time())
+        guarded_now()
+        time.sleep(0.5)
+    assert held == guarded_before, held  # `plan` showed each as a skip, reason disruption-budget
+    later = [e for r in s.rollouts() for e in r.entries if e.workload_name == "guarded"]
+    assert all(e.state.value in ("Blocked", "Planned") for e in later), [(e.state, e.message) for e in later]
+    tried = {uid: max(e.attempts for e in later if e.uid == uid) for uid in refusals}
+    assert all(refusals[uid] + 1 <= n <= refusals[uid] + 2 for uid, n in tried.items()), (refusals, tried)
+    assert guarded_now() == guarded_seen == guarded_before
+    print(f"{len(s.rollouts())} rollouts; guarded refusals per pod: {sorted(tried.values())}; first rollout: "
+          f"{first.message}")
 
 
 def test_a_single_replica_is_left_alone_and_flagged(scenario: Scenario) -> None:

@@ -3,6 +3,8 @@
 - 1.36+: a target above the node's allocatable is a 403 from PodResizeValidator (cause type NodeCapacity):
   the entry is Infeasible and goes to the fallback.
 - Any version: a 403 from ResourceQuota admission ("exceeded quota") is skipped, never handed to the fallback.
+- Any version: an eviction refused by a PodDisruptionBudget (429, or 403, cause type DisruptionBudget) is told
+  apart from API Priority and Fairness' 429.
 - Up to 1.35: the kubelet marks it Infeasible ("Node didn't have enough capacity"): restored, fallback.
 - 1.36+: the allocatable window is Deferred: waited for, bounded by the Deferred timeout, then the fallback.
 - 1.37: the kubelet's other Infeasible reasons (swap, memory-backed volumes, static CPU/Memory Manager,
@@ -18,10 +20,18 @@ from dataclasses import replace
 import pytest
 from kubernetes import client
 
+from podtailor.kube.errors import TemporaryKubeError
 from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
-from updater.answers import InfeasibleCause, Refusal, features_for, forbidden_refusal, infeasible_cause
+from updater.answers import (
+    InfeasibleCause,
+    Refusal,
+    features_for,
+    forbidden_refusal,
+    infeasible_cause,
+    too_many_requests_refusal,
+)
 from updater.kube.pods import convert_pod
-from updater.kube.refusals import Refused, refusal_of, write_error
+from updater.kube.refusals import NotNow, Refused, refusal_of, write_error
 from updater.rollout import machine
 from updater.rollout.fallback import infeasible_uids
 from updater.rollout.journal import BatchPhase, EntryState
@@ -29,7 +39,7 @@ from updater.rollout.journal import BatchPhase, EntryState
 NODE_CAPACITY = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
                  "message": "pods \"p\" is forbidden: node didn't have enough allocatable resources: cpu, requested: "
                             "5000, allocatable: 4000",
-                 "details": {"name": "p", "kind": "pods", "causes": [{"type": "NodeCapacity"}]}}
+                 "details": {"name": "p", "kind": "pods", "causes": [{"reason": "NodeCapacity"}]}}
 QUOTA = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
          "message": "pods \"p\" is forbidden: exceeded quota: compute, requested: requests.cpu=500m, used: "
                     "requests.cpu=2, limited: requests.cpu=2",
@@ -57,8 +67,31 @@ def test_a_403_is_typed_by_its_cause_or_its_admission_plugin() -> None:
     assert forbidden_refusal('pods "p" is forbidden: must specify limits.cpu for: app') == Refusal.QUOTA
 
 
-def test_a_429_is_not_now() -> None:
-    assert refusal_of(write_error(api_error(429, {"message": "Cannot evict pod"}), "evict")) == Refusal.NOT_NOW
+PDB_429 = {"kind": "Status", "status": "Failure", "reason": "TooManyRequests", "code": 429,
+           "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+           "details": {"causes": [{"reason": "DisruptionBudget",
+                                   "message": "The disruption budget web needs 3 healthy pods and has 3 currently"}]}}
+APF_429 = {"kind": "Status", "status": "Failure", "reason": "TooManyRequests", "code": 429,
+           "message": "Too many requests, please try again later.", "details": {"retryAfterSeconds": 16}}
+
+
+def test_a_429_is_a_disruption_budget_by_its_cause_and_otherwise_not_now() -> None:
+    budget = write_error(api_error(429, PDB_429), "evict pod ns/p")
+    assert isinstance(budget, NotNow) and isinstance(budget, TemporaryKubeError)
+    assert refusal_of(budget) == Refusal.DISRUPTION_BUDGET
+    assert str(budget) == ("evict pod ns/p: 429 Cannot evict pod as it would violate the pod's disruption budget. "
+                           "(The disruption budget web needs 3 healthy pods and has 3 currently)")
+    apf = api_error(429, APF_429)
+    apf.headers = {"Retry-After": "16"}
+    throttled = write_error(apf, "evict pod ns/p")
+    assert refusal_of(throttled) == Refusal.NOT_NOW and throttled.retry_after_s == 16.0
+    # Without the cause type (stripped by a proxy), the Eviction API's own message still tells it.
+    assert too_many_requests_refusal(str(PDB_429["message"])) == Refusal.DISRUPTION_BUDGET
+    assert too_many_requests_refusal("Cannot evict pod") == Refusal.NOT_NOW
+    # A budget whose status is unusable answers 403 with the same cause type (eviction.go, checkAndDecrement).
+    unusable = {"kind": "Status", "code": 403, "message": 'poddisruptionbudgets.policy "web" is forbidden: pdb '
+                "disruptions allowed is negative", "details": {"causes": [{"reason": "DisruptionBudget"}]}}
+    assert refusal_of(write_error(api_error(403, unusable), "evict pod ns/p")) == Refusal.DISRUPTION_BUDGET
 
 
 def applying() -> machine.Rollout:

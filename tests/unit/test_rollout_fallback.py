@@ -5,19 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from podtailor.kube.errors import PermanentKubeError, TemporaryKubeError
 from podtailor.resize.types import ContainerChange, Reason
 from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
 from updater.answers import Refusal
+from updater.kube.refusals import NotNow
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Action, FallbackMode, Plan, PodDecision, RolloutPolicy
 from updater.rollout import machine
 from updater.rollout.executor import Executor
 from updater.rollout.fallback import (
+    BudgetBlock,
+    budget_blocks,
     fallback_entries,
+    held_by_budget,
     infeasible_uids,
     mark_infeasible,
     reverted_templates,
@@ -28,25 +33,115 @@ from updater.rollout.journal import BatchPhase, ContainerValues, EntryState, Pha
 WORK = ("ns", "Deployment", "web")
 
 
-def evicting(*entries: object) -> Rollout:
-    r = rollout(*entries, batches=1)  # type: ignore[arg-type]
+def evicting(*entries: object, batches: int = 1) -> Rollout:
+    r = rollout(*entries, batches=batches)  # type: ignore[arg-type]
     return replace(r, entries=tuple(replace(e, action="evict", ready_before=3) for e in r.entries))
 
 
-def test_an_eviction_refused_by_a_budget_backs_off_instead_of_looping() -> None:
+BUDGET_429 = ("evict pod ns/a: 429 Cannot evict pod as it would violate the pod's disruption budget. "
+              "(The disruption budget web needs 3 healthy pods and has 3 currently)")
+
+
+def refused(r: Rollout, pod: str, now_s: float, *, refusal: Refusal = Refusal.DISRUPTION_BUDGET,
+            retry_after_s: float = 0.0) -> Rollout:
+    return machine.settle(r, f"ns/{pod}", "evict", ok=False, generation=None, now_s=now_s, error=BUDGET_429,
+                          retry_after_s=retry_after_s, refusal=refusal)
+
+
+def evicts(effects: Sequence[machine.Effect]) -> list[str]:
+    return [e.key for e in effects if isinstance(e, machine.Evict)]
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    ((EntryState.BLOCKED,), True),  # only budget-blocked pods left: done for now
+    ((EntryState.EVICTED, EntryState.BLOCKED), True),
+    ((EntryState.VERIFIED, EntryState.SKIPPED, EntryState.GONE, EntryState.INFEASIBLE, EntryState.APPLIED), True),
+    ((EntryState.EVICTING, EntryState.BLOCKED), False),  # an eviction still in flight (or "not now") holds it
+    ((EntryState.PLANNED, EntryState.BLOCKED), False),
+    ((EntryState.APPLYING,), False),
+    ((EntryState.DRAINING,), False),
+])
+def test_a_batch_is_answered_unless_something_is_still_to_send_or_to_hear_back(
+        states: tuple[EntryState, ...], expected: bool) -> None:
+    assert machine.answered([entry(f"p{i}", 0, state=s) for i, s in enumerate(states)]) is expected
+
+
+def test_an_eviction_refused_by_a_budget_is_blocked_with_a_back_off_that_doubles() -> None:
     r, effects = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
-    assert [type(e).__name__ for e in effects if not isinstance(e, machine.Event)] == ["Evict"]
-    r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW,
-                       error="evict pod ns/a: 429 Cannot evict", refusal=Refusal.NOT_NOW)
+    assert evicts(effects) == ["ns/a"]
+    r = refused(r, "a", NOW)
     blocked = r.entries[0]
-    assert blocked.state == EntryState.BLOCKED and blocked.not_before_s == NOW + 10  # 10 s, doubling
-    _, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW + 5)
-    assert not [e for e in effects if isinstance(e, machine.Evict)]  # not before the back-off ends
-    r2, effects = machine.advance(r, {"ns/a": obs("a", OLD)}, NOW + 10)
-    assert [e.key for e in effects if isinstance(e, machine.Evict)] == ["ns/a"]
-    r2 = machine.settle(r2, "ns/a", "evict", ok=False, generation=None, now_s=NOW + 10, error="429",
-                        refusal=Refusal.NOT_NOW)
-    assert r2.entries[0].not_before_s == NOW + 10 + 20
+    assert (blocked.state, blocked.attempts, blocked.not_before_s) == (EntryState.BLOCKED, 1, NOW + 10)
+    assert blocked.message == (f"eviction refused by its PodDisruptionBudget (refusal 1): {BUDGET_429}; left at "
+                               "its current size, tried again in 10s")
+    # 10 s x 2^attempts, at most 300 s: the 2nd refusal waits 20 s, the 6th 300 s (not 320).
+    again = refused(replace(r, entries=(replace(blocked, state=EntryState.EVICTING),)), "a", NOW + 10)
+    assert (again.entries[0].attempts, again.entries[0].not_before_s) == (2, NOW + 10 + 20)
+    sixth = refused(replace(r, entries=(replace(blocked, state=EntryState.EVICTING, attempts=5),)), "a", NOW)
+    assert sixth.entries[0].not_before_s == NOW + 300
+
+
+def test_a_budget_refusal_does_not_hold_up_the_pools_next_batch() -> None:
+    # The benchmark's case: one pod of each workload per batch; guarded's PDB allows no disruption.
+    r = evicting(entry("big-a", 0, workload_name="big"), entry("guarded-a", 0, workload_name="guarded"),
+                 entry("big-b", 1, workload_name="big"), entry("guarded-b", 1, workload_name="guarded"), batches=2)
+    r = replace(r, batches=tuple(replace(b, bake_s=5.0) for b in r.batches))
+    pods = {f"ns/{p}": obs(p, OLD) for p in ("big-a", "guarded-a", "big-b", "guarded-b")}
+    big = ("ns", "Deployment", "big")
+    r, effects = machine.advance(r, pods, NOW)
+    assert evicts(effects) == ["ns/big-a", "ns/guarded-a"]
+    r = machine.settle(r, "ns/big-a", "evict", ok=True, generation=None, now_s=NOW)
+    r = refused(r, "guarded-a", NOW)
+    # Only the Blocked pod is left: the batch is answered and verifies the eviction that happened.
+    r, effects = machine.advance(r, pods, NOW + 1, workloads={big: machine.WorkloadObservation(ready=2)})
+    assert r.batches[0].phase == BatchPhase.VERIFYING and not evicts(effects)
+    r, effects = machine.advance(r, pods, NOW + 2, workloads={big: machine.WorkloadObservation(ready=3)})
+    assert r.batches[0].phase == BatchPhase.BAKING and r.batches[0].bake_until_s == NOW + 2 + 5
+    [verified] = [e.message for e in effects if isinstance(e, machine.Event) and e.reason == "BatchVerified"]
+    assert verified == ("pool p1: batch 1/2: 1 pods verified, 1 blocked by their PodDisruptionBudget (left as they "
+                        "are); baking 5s")
+    # The bake ends: the next batch starts at once, with big's second pod in it.
+    r, effects = machine.advance(r, pods, NOW + 7)
+    assert (r.current_batch, r.batches[0].phase, r.batches[1].phase) == (1, BatchPhase.DONE, BatchPhase.APPLYING)
+    assert evicts(effects) == ["ns/big-b", "ns/guarded-b"]
+    states = {e.pod: (e.state, e.attempts, e.not_before_s) for e in r.entries}
+    assert states["guarded-a"] == (EntryState.BLOCKED, 1, NOW + 10)  # pending, untouched, never lost
+    r = machine.settle(r, "ns/big-b", "evict", ok=True, generation=None, now_s=NOW + 7)
+    r = refused(r, "guarded-b", NOW + 7)
+    r, _ = machine.advance(r, pods, NOW + 8, workloads={big: machine.WorkloadObservation(ready=2)})
+    r, _ = machine.advance(r, pods, NOW + 9, workloads={big: machine.WorkloadObservation(ready=3)})
+    r, effects = machine.advance(r, pods, NOW + 14)
+    assert r.phase == Phase.COMPLETED
+    assert r.message == ("all batches baked: 2 of 4 pods changed; not changed: 2 Blocked (Blocked: refused by their "
+                         "PodDisruptionBudget, tried again by the next rollout after a back-off)")
+    assert [e.warning for e in effects if isinstance(e, machine.Event) and e.reason == "RolloutCompleted"] == [True]
+    assert [e.state for e in r.entries if e.workload_name == "guarded"] == [EntryState.BLOCKED] * 2
+
+
+def test_a_batch_stalled_by_the_old_rule_goes_on_after_an_upgrade() -> None:
+    # A journal written before the fix: the batch still Applying, held by a Blocked entry whose budget refuses.
+    r = evicting(entry("a", 0, state=EntryState.EVICTED), entry("b", 0, state=EntryState.BLOCKED, attempts=4,
+                                                                   not_before_s=NOW + 100))
+    r = replace(r, batches=(replace(r.batches[0], phase=BatchPhase.APPLYING, deadline_s=NOW + 3600),))
+    r2, effects = machine.advance(r, {"ns/a": obs("a", NEW, uid="uid-new"), "ns/b": obs("b", OLD)}, NOW)
+    assert r2.batches[0].phase == BatchPhase.VERIFYING and not evicts(effects)
+    assert r2.entries[1] == r.entries[1]  # left as it was: pending, with its count and its back-off
+
+
+def test_a_blocked_pod_is_tried_again_in_its_batch_while_the_batch_still_waits() -> None:
+    r = evicting(entry("a", 0), entry("b", 0))
+    pods = {"ns/a": obs("a", OLD), "ns/b": obs("b", OLD)}
+    r, _ = machine.advance(r, pods, NOW)
+    r = refused(r, "a", NOW)  # a: the budget, back off 10 s
+    r = refused(r, "b", NOW, refusal=Refusal.NOT_NOW, retry_after_s=30.0)  # b: the API server, 30 s
+    assert [(e.state, e.not_before_s) for e in r.entries] == [(EntryState.BLOCKED, NOW + 10),
+                                                              (EntryState.EVICTING, NOW + 30)]
+    r2, effects = machine.advance(r, pods, NOW + 5)
+    assert not evicts(effects) and r2.batches[0].phase == BatchPhase.APPLYING  # b's answer is not in
+    r3, effects = machine.advance(r2, pods, NOW + 10)
+    assert evicts(effects) == ["ns/a"] and r3.batches[0].phase == BatchPhase.APPLYING
+    _, effects = machine.advance(r2, pods, NOW + 30)
+    assert evicts(effects) == ["ns/a", "ns/b"]
 
 
 def test_a_resumed_eviction_is_not_sent_twice_and_waits_for_the_replacement() -> None:
@@ -136,10 +231,41 @@ def test_fallback_batches_respect_the_disruption_budget() -> None:
 
 def test_a_retry_after_longer_than_the_back_off_is_honoured() -> None:
     r, _ = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
-    # API Priority and Fairness: 429 with Retry-After 16 s beats the first back-off of 10 s.
+    # API Priority and Fairness: 429 with Retry-After 16 s beats the first back-off of 10 s. The server's "not
+    # now" is not the pod's outcome: the entry stays Evicting and the batch waits for it.
     r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW, error="429 Too Many Requests",
                        retry_after_s=16.0, refusal=Refusal.NOT_NOW)
-    assert r.entries[0].state == EntryState.BLOCKED and r.entries[0].not_before_s == NOW + 16
+    assert r.entries[0].state == EntryState.EVICTING and r.entries[0].not_before_s == NOW + 16
+    assert not machine.answered(r.entries)
+    # A budget's 429 "still being processed" carries Retry-After 10: the longer of the two wins there too.
+    blocked = refused(r, "a", NOW, retry_after_s=25.0).entries[0]
+    assert (blocked.state, blocked.not_before_s) == (EntryState.BLOCKED, NOW + 25)
+
+
+def test_a_budget_block_holds_the_pod_in_later_plans_until_its_back_off_ends() -> None:
+    from updater.policy.types import Batch
+
+    first = evicting(entry("a", 0, state=EntryState.BLOCKED, attempts=1, not_before_s=NOW + 10))
+    later = evicting(entry("a", 0, state=EntryState.BLOCKED, attempts=2, not_before_s=NOW + 40),
+                     entry("b", 0, state=EntryState.EVICTED, attempts=1, not_before_s=NOW + 10))
+    blocks = budget_blocks([first, replace(later, name="r2")])
+    assert blocks == {"uid-a": BudgetBlock(refusals=2, not_before_s=NOW + 40)}  # the last refusal; b was evicted
+    plan = Plan(decisions=(decision("a", Action.FALLBACK), decision("b", Action.FALLBACK), decision("c")),
+                batches=(Batch(pool="p1", step=0, pods=("ns/c",), bake_s=1, gates=()),))
+    held = held_by_budget(plan, blocks, NOW + 20)
+    a, b, c = held.decisions
+    assert (a.action, a.reason, a.held) == (Action.SKIP, Reason.DISRUPTION_BUDGET, Action.FALLBACK)
+    assert a.message == ("its eviction was refused by its PodDisruptionBudget (2 refusals so far): tried again in "
+                         "20s, left at its current size until then")  # 40 - 20
+    assert (b, c) == plan.decisions[1:]
+    assert held_by_budget(plan, blocks, NOW + 40) is plan  # the back-off is over: planned again
+    # The new rollout's entry goes on from 2 refusals: its next refusal waits 10 x 2^2 = 40 s.
+    _, entries = fallback_entries([decision("a", Action.FALLBACK)], "p1", RolloutPolicy(), {WORK: 3}, {WORK: 3},
+                                  first_batch=0, refusals={"uid-a": 2})
+    assert [e.attempts for e in entries] == [2]
+    r = refused(replace(evicting(), entries=tuple(replace(e, state=EntryState.EVICTING) for e in entries)), "a",
+                NOW + 40)
+    assert r.entries[0].not_before_s == NOW + 40 + 40
 
 
 @dataclass(frozen=True)
@@ -176,7 +302,8 @@ class _Store:
 
 
 class _Evictor:
-    """Accepts uid-a, answers uid-b like a PodDisruptionBudget (429), uid-c like missing RBAC (403)."""
+    """Accepts uid-a, answers uid-b like a PodDisruptionBudget (429, typed as ``Evictor`` types it), uid-c like
+    missing RBAC (403)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -184,7 +311,7 @@ class _Evictor:
     def evict(self, namespace: str, pod: str, uid: str) -> None:
         self.calls.append(pod)
         if uid == "uid-b":
-            raise TemporaryKubeError("evict pod ns/b: 429 Cannot evict pod", status=429)
+            raise NotNow(BUDGET_429.replace("ns/a", "ns/b"), kind=Refusal.DISRUPTION_BUDGET)
         if uid == "uid-c":
             raise PermanentKubeError("evict pod ns/c: 403 forbidden", status=403)
 
@@ -201,8 +328,11 @@ class _Templates:
 
 
 class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[dict[str, object]] = []
+
     def record(self, **kw: object) -> None:
-        pass
+        self.events.append(kw)
 
 
 def test_every_fallback_the_executor_performs_is_counted_by_mode_and_outcome() -> None:
@@ -211,10 +341,10 @@ def test_every_fallback_the_executor_performs_is_counted_by_mode_and_outcome() -
     template = replace(template, name="r-template", pool="p2",
                        entries=(replace(template.entries[0], action="template", uid="", ready_before=1),))
     registry = CollectorRegistry()
-    evictor, templates = _Evictor(), _Templates()
+    evictor, templates, recorder = _Evictor(), _Templates(), _Recorder()
     executor = Executor(read=_Snap, planner=lambda **kw: Plan(decisions=(), batches=()), store=_Store(evicts, template),
                         resizer=None,  # type: ignore[arg-type]  # no resize in these rollouts
-                        recorder=_Recorder(), policy=lambda snap: [(RolloutPolicy(name="default"), [])],
+                        recorder=recorder, policy=lambda snap: [(RolloutPolicy(name="default"), [])],
                         evictor=evictor, templates=templates, metrics=UpdaterMetrics(registry))
     executor.run_pass(NOW)
     assert sorted(evictor.calls) == ["a", "b", "c"] and templates.patched == ["ns/Deployment/web"]
@@ -226,6 +356,13 @@ def test_every_fallback_the_executor_performs_is_counted_by_mode_and_outcome() -
     assert (count("evict", "ok"), count("evict", "retry"), count("evict", "refused")) == (1.0, 1.0, 1.0)
     assert count("template", "ok") == 1.0
     assert count("template", "retry") is None  # never touched: no series
+    # The budget's refusal is told on the pod itself, with the budget's own words and what happens next.
+    [blocked] = [e for e in recorder.events if e["reason"] == "EvictionBlocked"]
+    assert (blocked["kind"], blocked["name"], blocked["uid"], blocked["warning"]) == ("Pod", "b", "uid-b", True)
+    said = BUDGET_429.replace("ns/a", "ns/b")
+    assert blocked["message"] == (f"eviction refused by its PodDisruptionBudget (refusal 1): {said}; left at its "
+                                  "current size, tried again in 10s; the rollout r-evict goes on with the pool's "
+                                  "other pods")
 
 
 class _Resizer:

@@ -219,7 +219,8 @@ class PodDecision:
     new_pod_level: Resources | None = None
     """Pod-level requests to write with the resize (None: leave ``spec.resources`` alone)."""
     held: Action | None = None
-    """With reason QUOTA: the action a ResourceQuota held back (RESIZE_* or FALLBACK)."""
+    """With reason QUOTA: the action a ResourceQuota held back (RESIZE_* or FALLBACK); with DISRUPTION_BUDGET,
+    FALLBACK."""
 
     @property
     def key(self) -> str:

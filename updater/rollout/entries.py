@@ -76,11 +76,13 @@ def pools_to_start(plan: Plan) -> list[str]:
 
 def journal_for(policy: RolloutPolicy, plan: Plan, pool: str, obs: Mapping[str, PodObservation],
                 pods: Mapping[str, PodView], ready: Mapping[tuple[str, str, str], int],
-                replicas: Mapping[tuple[str, str, str], int]) -> tuple[list[BatchRecord], list[Entry]]:
+                replicas: Mapping[tuple[str, str, str], int],
+                refusals: Mapping[str, int] | None = None) -> tuple[list[BatchRecord], list[Entry]]:
     """The batches and entries of a new rollout for ``pool``: the in-place batches, then the fallback's, as many
-    whole batches as fit in one journal."""
+    whole batches as fit in one journal. ``refusals``: pod uid -> refusals of its eviction by its
+    PodDisruptionBudget in earlier rollouts (its back-off goes on from there)."""
     batches, entries = entries_for(plan.decisions, plan, pool, obs, pods)
-    more_batches, more = fallback_entries(plan.decisions, pool, policy, ready, replicas, len(batches))
+    more_batches, more = fallback_entries(plan.decisions, pool, policy, ready, replicas, len(batches), refusals)
     return cap_entries(batches + more_batches, entries + more, MAX_ENTRIES_PER_ROLLOUT)
 
 

@@ -30,7 +30,14 @@ from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, QuotaView, RolloutPolicy
 from updater.rollout import machine
 from updater.rollout.entries import actionable, awaiting_pods, bake_until, journal_for, pools_to_start
-from updater.rollout.fallback import infeasible_uids, mark_infeasible, reverted_templates, without_reverted
+from updater.rollout.fallback import (
+    budget_blocks,
+    held_by_budget,
+    infeasible_uids,
+    mark_infeasible,
+    reverted_templates,
+    without_reverted,
+)
 from updater.rollout.journal import ContainerValues, Phase, Rollout
 from updater.rollout.perform import Performer
 from updater.rollout.ports import (
@@ -140,7 +147,8 @@ class Executor:
     # ------------------------------------------------------------------------------------------- reading
     def plan(self, now_s: float, rollouts: Sequence[Rollout] | None = None) -> tuple[PassSnapshot, Plans]:
         """One plan per policy, over the pods that policy covers (``policy(snapshot)`` groups them); pods whose
-        in-place resize a journal found Infeasible go to the fallback."""
+        in-place resize a journal found Infeasible go to the fallback, and pods whose eviction a journal shows
+        refused by their PodDisruptionBudget are held until their back-off ends."""
         snap = self.read()
         journals = rollouts if rollouts is not None else self.store.list()
         return snap, self._plans(snap, journals, now_s)
@@ -150,7 +158,7 @@ class Executor:
         return self.performer.as_known(journals)
 
     def _plans(self, snap: PassSnapshot, journals: Sequence[Rollout], now_s: float) -> Plans:
-        known, reverted = infeasible_uids(journals), reverted_templates(journals)
+        known, reverted, blocks = infeasible_uids(journals), reverted_templates(journals), budget_blocks(journals)
         quotas: Sequence[QuotaView] = getattr(snap, "quotas", ())  # optional: see PassSnapshot
         features: ServerFeatures | None = getattr(snap, "features", None)
         plans = []
@@ -160,7 +168,7 @@ class Executor:
                 limit_ranges=snap.limit_ranges, nodes=snap.nodes, policy=policy, now_s=now_s,
                 approvals=snap.approvals, pod_level_resize_supported=snap.pod_level_resize_supported,
                 quotas=quotas, features=features)
-            plans.append((policy, without_reverted(raw, reverted, policy)))
+            plans.append((policy, held_by_budget(without_reverted(raw, reverted, policy), blocks, now_s)))
         return plans
 
     def _read(self, now_s: float, pool: ThreadPoolExecutor) -> tuple[list[Rollout], PassSnapshot, Plans]:
@@ -277,11 +285,13 @@ class Executor:
         pods = {f"{p.namespace}/{p.name}": p for p in snap.pods}
         ready = {k: v.ready for k, v in self.workloads.items()}
         replicas = {(t.namespace, t.workload_kind, t.workload_name): t.replicas for t in snap.targets}
+        refusals = {uid: block.refusals for uid, block in budget_blocks(everything).items()}
         for policy, plan in plans:
             for pool in pools_to_start(plan):
                 if (policy.name, pool) in busy or slots <= 0 or pool in plan.frozen_pools:
                     continue
-                batches, entries = journal_for(policy, plan, pool, snap.observations, pods, ready, replicas)
+                batches, entries = journal_for(policy, plan, pool, snap.observations, pods, ready, replicas,
+                                               refusals)
                 if not entries:
                     continue
                 draft = Rollout(name=rollout_name(policy.name, pool, now_s), pool=pool, policy=policy.name,

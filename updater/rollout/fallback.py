@@ -3,7 +3,9 @@
 Owns what the journals remember for the planner: a pod whose in-place resize was found Infeasible in an
 earlier rollout is presented as Infeasible again, so it goes through the planner's fallback rules instead of
 being tried in place again (VPA #10093 cached such verdicts in memory and lost them on restart; ours live in
-the journal), and a workload whose template GitOps kept reverting is left alone. Also the fallback batches:
+the journal), a workload whose template GitOps kept reverting is left alone, and a pod whose eviction its
+PodDisruptionBudget refused is held until its back-off ends, then tried again by a new rollout with its count
+of refusals carried on (``budget_blocks``: a rollout does not wait for such a pod). Also the fallback batches:
 per workload at most the disruption budget at a time (at least one pod), after the pool's in-place batches,
 baked like its last canary step. ``evict`` journals one entry per pod; ``template`` one per workload (its
 controller rolls them).
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from podtailor.resize.types import Reason
 from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, RolloutPolicy
@@ -58,6 +60,48 @@ def without_reverted(plan: Plan, reverted: set[Workload], policy: RolloutPolicy)
     return replace(plan, decisions=decisions)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetBlock:
+    """A pod's last refusal by its PodDisruptionBudget, as a journal remembers it (a Blocked eviction)."""
+
+    refusals: int
+    """Refusals so far: the next back-off doubles from here."""
+    not_before_s: float
+    """Not tried again before this (the back-off's end)."""
+
+
+def budget_blocks(rollouts: Sequence[Rollout]) -> dict[str, BudgetBlock]:
+    """Pod uid -> its last refusal by a PodDisruptionBudget in any journal we still have (the Blocked eviction
+    with the most refusals: a new rollout's entry starts from the count of the last)."""
+    out: dict[str, BudgetBlock] = {}
+    for e in (e for r in rollouts for e in r.entries if e.action == EVICT and e.state == EntryState.BLOCKED):
+        block = BudgetBlock(refusals=e.attempts, not_before_s=e.not_before_s or 0.0)
+        known = out.get(e.uid)
+        if known is None or (block.refusals, block.not_before_s) > (known.refusals, known.not_before_s):
+            out[e.uid] = block
+    return out
+
+
+def held_by_budget(plan: Plan, blocks: Mapping[str, BudgetBlock], now_s: float) -> Plan:
+    """Fallbacks of pods whose eviction their PodDisruptionBudget refused become skips (reason
+    ``disruption-budget``, held FALLBACK) until their back-off ends: the pod stays at its size, and no rollout is
+    started for it alone before then. After that the fallback is planned again (``fallback_entries`` carries the
+    refusal count on, so the back-off keeps doubling)."""
+    def held(d: PodDecision) -> bool:
+        block = blocks.get(d.uid)
+        return d.action == Action.FALLBACK and block is not None and now_s < block.not_before_s
+
+    if not any(held(d) for d in plan.decisions):
+        return plan
+    decisions = tuple(
+        replace(d, action=Action.SKIP, reason=Reason.DISRUPTION_BUDGET, held=Action.FALLBACK,
+                message=f"its eviction was refused by its PodDisruptionBudget ({blocks[d.uid].refusals} refusals so "
+                        f"far): tried again in {blocks[d.uid].not_before_s - now_s:.0f}s, left at its current size "
+                        "until then")
+        if held(d) else d for d in plan.decisions)
+    return replace(plan, decisions=decisions)
+
+
 def _values(d: PodDecision, new: bool) -> tuple[ContainerValues, ...]:
     return tuple(ContainerValues(name=c.name, requests=c.new_requests if new else c.old_requests,
                                  limits=c.new_limits if new else c.old_limits) for c in d.changes)
@@ -65,8 +109,10 @@ def _values(d: PodDecision, new: bool) -> tuple[ContainerValues, ...]:
 
 def fallback_entries(decisions: Sequence[PodDecision], pool: str, policy: RolloutPolicy,
                      ready: Mapping[Workload, int], replicas: Mapping[Workload, int],
-                     first_batch: int) -> tuple[list[BatchRecord], list[Entry]]:
-    """Batches and entries for the pool's FALLBACK decisions, numbered from ``first_batch``."""
+                     first_batch: int, refusals: Mapping[str, int] | None = None,
+                     ) -> tuple[list[BatchRecord], list[Entry]]:
+    """Batches and entries for the pool's FALLBACK decisions, numbered from ``first_batch``. ``refusals``: pod uid
+    -> refusals by its PodDisruptionBudget so far (``budget_blocks``), where each eviction's back-off starts."""
     mine = [d for d in decisions if d.action == Action.FALLBACK and d.pool == pool and d.changes]
     if not mine or policy.fallback == FallbackMode.NONE:
         return [], []
@@ -93,6 +139,7 @@ def fallback_entries(decisions: Sequence[PodDecision], pool: str, policy: Rollou
             entries.append(Entry(namespace=d.namespace, pod=d.pod, uid=d.uid, workload_kind=d.workload_kind,
                                  workload_name=d.workload_name, batch=index, before=_values(d, False),
                                  after=_values(d, True), action=EVICT, ready_before=ready.get(work, 0),
+                                 attempts=(refusals or {}).get(d.uid, 0),
                                  message=f"{d.reason.value}: {d.message}"[:500]))
     return batches, entries
 

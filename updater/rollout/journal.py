@@ -29,10 +29,13 @@ class EntryState(enum.StrEnum):
     INFEASIBLE = "Infeasible"
     """The kubelet could not fit it (or Deferred past the timeout): reverted, left for the fallback."""
     EVICTING = "Evicting"
-    """Fallback intent recorded; the eviction may or may not have happened (resume checks the pod's uid)."""
+    """Fallback intent recorded; the eviction may or may not have happened (resume checks the pod's uid). After
+    the API server's "not now" (API Priority and Fairness) it is sent again from ``not_before_s``."""
     EVICTED = "Evicted"
     BLOCKED = "Blocked"
-    """A fallback the cluster refused for now (PodDisruptionBudget 429): retried after ``not_before_s``."""
+    """An eviction the pod's PodDisruptionBudget refused: the pod's outcome for now, left at its size. It does not
+    hold its batch (``machine_effects.answered``); it is tried again after ``not_before_s``, in its batch while the
+    batch still waits for another answer, else by the pool's next rollout (``fallback.budget_blocks``)."""
     DRAINING = "Draining"
     """A restarting resize of a gated pod: its serving gate is set False; the resize waits until no
     EndpointSlice lists the pod as ready (resume sets the gate again, then checks the endpoints)."""

@@ -8,8 +8,10 @@ a throttling spike supplied by the caller); on a failed gate or a verification t
 the batch touched and halt the pool. A restarting resize of a pod with the serving readiness gate is
 drained first (gate False, then no ready endpoint left) and put back once its containers are ready again
 (gate True, then the pod Ready). Infeasible (or Deferred past its timeout) sends a pod back to its
-recorded values and leaves it for the fallback, without failing the batch. ``advance`` never performs
-anything: the executor performs the returned effects and then records their outcome with ``settle``.
+recorded values and leaves it for the fallback, without failing the batch. An eviction refused by the pod's
+PodDisruptionBudget leaves that pod Blocked without holding up its batch (the rule: ``answered``). ``advance``
+never performs anything: the executor performs the returned effects and then records their outcome with
+``settle``.
 
 The effects and the journal edits every phase uses are in ``machine_effects.py``; verifying and the gates in
 ``machine_verify.py``; applying, baking, rollback and ``settle`` here.
@@ -46,6 +48,7 @@ from updater.rollout.machine_effects import (
     Timeouts,
     WorkloadObservation,
     Workloads,
+    answered,
     resize_effect,
     same_pod,
     serving_effect,
@@ -56,7 +59,8 @@ from updater.rollout.machine_effects import (
 from updater.rollout.machine_verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
 
 __all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Resize", "SetServing",
-           "Timeouts", "WorkloadObservation", "Workloads", "advance", "settle", "spec_matches"]
+           "Timeouts", "WorkloadObservation", "Workloads", "advance", "answered", "blocked_event", "settle",
+           "spec_matches"]
 
 
 # ----------------------------------------------------------------------------------------------- applying
@@ -121,9 +125,9 @@ def _start(entry: Entry, obs: Mapping[str, PodObservation], work: Mapping[tuple[
 
 
 def _due(entry: Entry, slots: int, now_s: float) -> bool:
-    if entry.state in (EntryState.APPLYING, EntryState.EVICTING, EntryState.DRAINING):
+    if entry.state in (EntryState.APPLYING, EntryState.DRAINING):
         return True
-    if entry.state == EntryState.BLOCKED:
+    if entry.state in (EntryState.EVICTING, EntryState.BLOCKED):  # Evicting: resumed, or after a "not now"
         return entry.not_before_s is None or now_s >= entry.not_before_s
     return entry.state == EntryState.PLANNED and slots > 0
 
@@ -144,7 +148,7 @@ def _apply_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservatio
         batch = replace(batch, phase=BatchPhase.APPLYING, started_s=now_s, deadline_s=now_s + timeouts.verify_s)
         effects.append(Event(namespace="", pod=None, reason="BatchStarted",
                              message=f"pool {r.pool}: batch {batch.index + 1}/{len(r.batches)} started"))
-    if not any(e.state in WAITING for e in r.entries_of(batch.index)):
+    if answered(r.entries_of(batch.index)):  # Blocked entries do not hold the batch
         batch = replace(batch, phase=BatchPhase.VERIFYING)
     return set_batch(r, batch), effects
 
@@ -176,12 +180,15 @@ def _bake_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation
 
 def _complete(r: Rollout) -> tuple[Rollout, list[Effect]]:
     """Every batch baked. Pods left unchanged (a refused resize or eviction, gone, Infeasible) are counted in the
-    message and make the completion a Warning, so "Completed" never hides work that was not done."""
+    message and make the completion a Warning, so "Completed" never hides work that was not done. Pods Blocked
+    by their PodDisruptionBudget are left to the pool's next rollout (``answered``)."""
     changed = sum(1 for e in r.entries if e.state == EntryState.VERIFIED)
     left = Counter(e.state.value for e in r.entries if e.state != EntryState.VERIFIED)
     message = f"all batches baked: {changed} of {len(r.entries)} pods changed"
     if left:
         message += "; not changed: " + ", ".join(f"{n} {state}" for state, n in sorted(left.items()))
+    if EntryState.BLOCKED.value in left:
+        message += " (Blocked: refused by their PodDisruptionBudget, tried again by the next rollout after a back-off)"
     return replace(r, phase=Phase.COMPLETED, message=message), [
         Event(namespace="", pod=None, reason="RolloutCompleted", warning=bool(left),
               message=f"pool {r.pool}: completed; {message}")]
@@ -263,15 +270,21 @@ def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | No
     """Record the outcome of a performed effect. ``refusal`` is the kind of a refusal (``ok`` False), as the
     executor classified it: a resize above the node's allocatable (the API server's 403, 1.36+) is Infeasible
     and goes to the fallback; an exceeded quota is skipped, never handed to the fallback (its replacement would
-    be refused too); an eviction's "not now" (429) backs off; anything else is skipped."""
+    be refused too); an eviction refused by the pod's PodDisruptionBudget is Blocked, and one the API server
+    said "not now" to stays Evicting, both backing off (10 s, doubling, at most 5 min, or the server's
+    Retry-After if longer); anything else is skipped."""
     entry = next(e for e in r.entries if e.key == key)
     if purpose == "evict":
+        wait = max(min(10.0 * 2 ** entry.attempts, 300.0), retry_after_s)  # 10 s, doubling, at most 5 min
         if ok:
             new = replace(entry, state=EntryState.EVICTED, applied_s=now_s)
-        elif refusal == Refusal.NOT_NOW:  # a disruption budget says not now, or API Priority and Fairness
-            wait = max(min(10.0 * 2 ** entry.attempts, 300.0), retry_after_s)
+        elif refusal == Refusal.DISRUPTION_BUDGET:  # the pod's outcome: Blocked, its batch goes on (``answered``)
             new = replace(entry, state=EntryState.BLOCKED, attempts=entry.attempts + 1, not_before_s=now_s + wait,
-                          message=f"eviction refused for now (disruption budget); retry in {wait:.0f}s")
+                          message=f"eviction refused by its PodDisruptionBudget (refusal {entry.attempts + 1}): "
+                                  f"{error}; left at its current size, tried again in {wait:.0f}s")
+        elif refusal == Refusal.NOT_NOW:  # the API server's "not now" (API Priority and Fairness): the batch waits
+            new = replace(entry, state=EntryState.EVICTING, attempts=entry.attempts + 1, not_before_s=now_s + wait,
+                          message=f"eviction not accepted for now: {error}; tried again in {wait:.0f}s")
         else:
             new = replace(entry, state=EntryState.SKIPPED, message=error)
         return set_entries(r, {key: new})
@@ -291,8 +304,14 @@ def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | No
         new = replace(entry, state=EntryState.REVERTED if ok else EntryState.REVERTING, message=error)
     r = set_entries(r, {key: new})
     batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
-    if purpose == "apply" and batch.phase == BatchPhase.APPLYING and not any(
-            e.state in (EntryState.PLANNED, EntryState.APPLYING, EntryState.DRAINING)
-            for e in r.entries_of(batch.index)):
+    if purpose == "apply" and batch.phase == BatchPhase.APPLYING and answered(r.entries_of(batch.index)):
         r = set_batch(r, replace(batch, phase=BatchPhase.VERIFYING))
     return r
+
+
+def blocked_event(r: Rollout, key: str) -> Event:
+    """The Warning Event on a pod whose eviction its PodDisruptionBudget refused (``settle`` wrote why in its
+    entry): what happened, and what happens next."""
+    entry = next(e for e in r.entries if e.key == key)
+    return Event(namespace=entry.namespace, pod=entry.pod, reason="EvictionBlocked", warning=True,
+                 message=f"{entry.message}; the rollout {r.name} goes on with the pool's other pods")

@@ -121,5 +121,19 @@ def set_batch(r: Rollout, batch: BatchRecord) -> Rollout:
     return replace(r, batches=tuple(batch if b.index == batch.index else b for b in r.batches))
 
 
-WAITING = frozenset({EntryState.PLANNED, EntryState.APPLYING, EntryState.EVICTING, EntryState.BLOCKED,
-                     EntryState.DRAINING})
+WAITING = frozenset({EntryState.PLANNED, EntryState.APPLYING, EntryState.EVICTING, EntryState.DRAINING})
+"""The states that hold a batch in Applying: something still to send, or its answer not yet in (an eviction the
+API server said "not now" to stays Evicting until its back-off ends). Blocked is not one of them: ``answered``."""
+
+
+def answered(entries: Iterable[Entry]) -> bool:
+    """Whether a batch being applied goes on to verification: none of its entries is WAITING.
+
+    The rule for a pod whose eviction its PodDisruptionBudget refused (Blocked): the refusal is that pod's
+    outcome, not its batch's. The pod is left at its current size (never evicted against its budget, never half
+    changed), the refusal is in its entry's message and a Warning Event on it, and it does not hold up the
+    batch: once the batch has nothing else to send or hear back about, it is verified and baked, and the next
+    batch starts. While its batch is still being applied the pod is tried again when its back-off ends; after
+    that, the pool's next rollout tries it again (the planner holds it until its back-off ends and carries its
+    refusal count on: ``updater.rollout.fallback.budget_blocks``), so it is never lost."""
+    return not any(e.state in WAITING for e in entries)

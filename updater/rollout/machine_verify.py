@@ -186,9 +186,11 @@ def verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservatio
     if all(e.state not in (EntryState.APPLIED, EntryState.EVICTED) for e in r.entries_of(batch.index)):
         batch = replace(batch, phase=BatchPhase.BAKING, bake_until_s=now_s + batch.bake_s)
         verified = sum(1 for e in r.entries_of(batch.index) if e.state == EntryState.VERIFIED)
+        blocked = sum(1 for e in r.entries_of(batch.index) if e.state == EntryState.BLOCKED)
+        held = f", {blocked} blocked by their PodDisruptionBudget (left as they are)" if blocked else ""
         effects.append(Event(namespace="", pod=None, reason="BatchVerified",
                              message=f"pool {r.pool}: batch {batch.index + 1}/{len(r.batches)}: {verified} pods "
-                                     f"verified; baking {batch.bake_s:.0f}s"))
+                                     f"verified{held}; baking {batch.bake_s:.0f}s"))
         return set_batch(replace(r, phase=Phase.BAKING), batch), effects
     if batch.deadline_s is not None and now_s > batch.deadline_s:
         waiting = [e.key for e in r.entries_of(batch.index) if e.state in (EntryState.APPLIED, EntryState.EVICTED)]

@@ -94,7 +94,7 @@ class Performer:
                 elif isinstance(rz, machine.SetServing):
                     r, ok = self._set_serving(r, rz, now_s)
                 else:
-                    r, ok = self._fallback(r, rz, now_s)
+                    r, ok = self._fallback(r, rz, obs, now_s)
                 done += ok
             if resizes and (done < len(resizes) or not derivable(intent, r)):
                 r = self.save(r)  # a refusal or a "not now" is written, as is all but plain answers
@@ -154,7 +154,10 @@ class Performer:
             return machine.settle(r, fx.key, "serving", ok=False, generation=None, now_s=now_s, error=str(err)), 0
         return machine.settle(r, fx.key, "serving", ok=True, generation=None, now_s=now_s), 1
 
-    def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, now_s: float) -> tuple[Rollout, int]:
+    def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, obs: Mapping[str, PodObservation],
+                  now_s: float) -> tuple[Rollout, int]:
+        """Evict or patch. A refusal is settled by its kind; one by the pod's PodDisruptionBudget also gets a
+        Warning Event on the pod (``machine.blocked_event``), and its batch goes on without it."""
         purpose = "evict" if isinstance(fx, machine.Evict) else "template"
         try:
             if isinstance(fx, machine.Evict):
@@ -167,10 +170,19 @@ class Performer:
                 self.writers.templates.patch(fx.namespace, fx.kind, fx.name, fx.values)
             self.count(1)
         except KubeError as err:
-            log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err)})
-            self.recording.fallback(purpose, "retry" if isinstance(err, TemporaryKubeError) else "refused")
-            return machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err),
-                                  retry_after_s=err.retry_after_s, refusal=refusal_of(err)), 0
+            kind = refusal_of(err)
+            budget = kind == Refusal.DISRUPTION_BUDGET
+            self.recording.fallback(purpose, "retry" if budget or isinstance(err, TemporaryKubeError) else "refused")
+            r = machine.settle(r, fx.key, purpose, ok=False, generation=None, now_s=now_s, error=str(err),
+                               retry_after_s=err.retry_after_s, refusal=kind)
+            if budget:
+                log.info("eviction blocked by the pod's disruption budget; the batch goes on, the pod is tried again "
+                         "after its back-off", extra={"key": fx.key, "rollout": r.name, "error": str(err)})
+                self.recording.event(r, machine.blocked_event(r, fx.key), obs)
+            else:
+                log.warning("fallback refused", extra={"key": fx.key, "purpose": purpose, "error": str(err),
+                                                       "refusal": kind.value})
+            return r, 0
         self.recording.fallback(purpose, "ok")
         return machine.settle(r, fx.key, purpose, ok=True, generation=None, now_s=now_s), 1
 

@@ -4,8 +4,8 @@ Owns every write the updater makes to the API server. ``RolloutStore`` creates r
 with the read resourceVersion (a 409 means another writer moved first: the caller re-reads next pass).
 ``PodResizer`` patches ``pods/resize`` with the pod's uid and resourceVersion as preconditions and only the
 containers that change; a 403 is raised as ``Refused`` with its kind (exceeded quota, above the node's
-allocatable), so the state machine acts on the kind and never on the text. ``EventRecorder`` writes core
-Events and never fails the caller.
+allocatable), so the state machine acts on the kind and never on the text; ``Evictor`` types a
+PodDisruptionBudget's refusal the same way. ``EventRecorder`` writes core Events and never fails the caller.
 """
 
 from __future__ import annotations
@@ -216,7 +216,9 @@ class ServingGateWriter:
 
 
 class Evictor:
-    """Evictions through the Eviction API (PodDisruptionBudgets apply), with the pod's uid as precondition."""
+    """Evictions through the Eviction API (PodDisruptionBudgets apply), with the pod's uid as precondition; a
+    PodDisruptionBudget's refusal is raised as ``NotNow`` (or ``Refused``) of kind ``DISRUPTION_BUDGET``, its
+    text naming the budget."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.core: Any = client.CoreV1Api(api_client)
@@ -230,7 +232,7 @@ class Evictor:
         except client.ApiException as err:
             if err.status == 404:
                 return  # already gone: the outcome we wanted
-            raise classify(err, f"evict pod {namespace}/{pod}") from err
+            raise write_error(err, f"evict pod {namespace}/{pod}") from err  # a PDB's refusal, typed
         except Exception as err:
             raise classify(err, f"evict pod {namespace}/{pod}") from err
 
