@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from podtailor.units import QuantityError, format_cpu, parse_cpu_millicores, parse_quantity
+from podtailor.units import QuantityError, format_cpu, parse_cpu_millicores
 
 ANNOTATION = "podtailor.io/startup-boost"
 """Set by the webhook on a boosted pod: ``{"<container>": {"boosted": "1", "target": "500m"}, ...}`` (CPU
@@ -80,12 +80,9 @@ def _factor(raw: object, where: str) -> Fraction:
 
 def _quantity(raw: object, where: str) -> int:
     try:
-        if isinstance(raw, str) and raw.strip().startswith("-"):
+        if isinstance(raw, str) and raw.strip().startswith("-"):  # the quantity grammar would call it malformed
             raise QuantityError(f"negative quantity {raw!r}")
-        if isinstance(raw, int | float) and not isinstance(raw, bool) and raw < 0:
-            raise QuantityError(f"negative quantity {raw!r}")
-        parse_quantity(raw)  # type: ignore[arg-type]  # raises on anything but a quantity
-        millicores = parse_cpu_millicores(raw)  # type: ignore[arg-type]
+        millicores = parse_cpu_millicores(raw)  # type: ignore[arg-type]  # raises on anything but a quantity
     except (QuantityError, TypeError) as err:
         raise BoostError(f"{where}.quantity: {err}") from None
     if millicores <= 0:

@@ -7,10 +7,13 @@ NOW = 1_700_000_000.0 (tests.builders.policy). Webhook pods default to cpu 500m 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from podtailor.resize.boost import (
     ANNOTATION,
@@ -23,12 +26,15 @@ from podtailor.resize.boost import (
     parse_boost,
     read_annotation,
 )
-from podtailor.resize.types import Reason
+from podtailor.resize.changes import Constraints, qos_class
+from podtailor.resize.types import ContainerTarget, ContainerView, Reason
+from podtailor.resources import Resources
 from tests.builders import policy as pb
 from tests.builders.webhook import apply, container, patch_of, pod, review, snapshot, vpa
 from updater.policy.quota import BOOST_REJECTED_ANNOTATION
-from updater.policy.types import Action, RolloutPolicy
-from updater.webhook.mutation import Outcome
+from updater.policy.types import Action, RolloutPolicy, WorkloadTarget
+from updater.webhook import mutation
+from updater.webhook.mutation import Outcome, PodResources
 from updater.webhook.review import admit
 
 Obj = dict[str, Any]
@@ -194,3 +200,42 @@ def test_once_resized_the_annotation_no_longer_boosts() -> None:
     # minimum age applies again (20 s old < 300 s).
     d = pb.decide_one(boosted_pod(cpu=750), boosted_target())
     assert d.reason == Reason.TOO_YOUNG
+
+
+# ------------------------------------------------------------------------------------------- properties
+@settings(max_examples=300, deadline=None)
+@given(req=st.integers(1, 8000), ratio=st.sampled_from([None, 1, 2, 4]), mem_guaranteed=st.booleans(),
+       target=st.integers(1, 8000), factor=st.fractions(min_value=1, max_value=100, max_denominator=10),
+       cap=st.one_of(st.none(), st.integers(1, 16000)), requests_only=st.booleans())
+def test_boosted_admission_is_capped_never_below_target_and_keeps_qos(
+        req: int, ratio: int | None, mem_guaranteed: bool, target: int, factor: Fraction, cap: int | None,
+        requests_only: bool) -> None:
+    # Invariants of a boosted admission: the CPU request is at least the unboosted target and at most
+    # maxAllowed; the recorded target is what the pod would get unboosted; the QoS class never changes.
+    mem = 256 * 2**20
+    view = ContainerView(name="app", requests=Resources(cpu_millicores=req, memory_bytes=mem),
+                         limits=Resources(cpu_millicores=None if ratio is None else req * ratio,
+                                          memory_bytes=mem if mem_guaranteed else None))
+    boost = CpuBoost(type=BoostType.FACTOR, factor=factor)
+    ct = ContainerTarget(name="app", target=Resources(cpu_millicores=target, memory_bytes=mem),
+                         lower_bound=Resources(), upper_bound=Resources(), startup_boost=boost,
+                         max_allowed=Resources(cpu_millicores=cap),
+                         controlled_values="RequestsOnly" if requests_only else "RequestsAndLimits")
+    wt = WorkloadTarget(namespace="shop", workload_kind="Deployment", workload_name="web", vpa_name="web",
+                        update_mode="Auto", containers={"app": ct})
+    pod_res = PodResources(containers=(view,))
+    d = mutation.decide(pod_res, wt, Constraints())
+    plain = mutation.decide(pod_res, replace(wt, containers={"app": replace(ct, startup_boost=None)}), Constraints())
+    if "app" not in d.boosts:
+        assert d == plain
+        return
+    # No change at all when the pod already asks for the boosted values (boosted, recorded all the same).
+    new_requests, new_limits = (d.changes[0].new_requests, d.changes[0].new_limits) if d.changes else (
+        view.requests, view.limits)
+    record = d.boosts["app"]
+    cpu = new_requests.cpu_millicores
+    assert cpu == record.boosted_millicores and cpu is not None and cpu > record.target_millicores
+    assert cap is None or cpu <= cap
+    unboosted = plain.changes[0].new_requests.cpu_millicores if plain.changes else req
+    assert record.target_millicores == unboosted
+    assert qos_class([(new_requests, new_limits)]) == qos_class([(view.requests, view.limits)])

@@ -11,6 +11,9 @@ A result that would change the pod's QoS class is refused: the pod is admitted a
 So is one that would make the pod exceed a matching ResourceQuota (``updater.policy.quota.exceeded``: used +
 the new pod's requests or limits above hard, where the pod's own values use less): mutated, quota admission
 would refuse the pod and its controller would fail to create it again and again; as it came it may fit.
+CPU startup boost (``boost_change``): where the VPA has a valid ``startupBoost`` the boosted values are tried
+first and the pod admitted at the plain target when they would change the QoS class or exceed a quota; an
+invalid one is reported (``boost_errors``) and the pod admitted at the target.
 
 Staleness: a Stale VPA's target is applied as it is. It is the last good recommendation, and a new pod
 has no history of its own to protect; staleness only withholds in-place decreases of running pods

@@ -7,7 +7,8 @@ the pod's VPA target, deciding (``mutation.decide``) and answering with a base64
 changed containers' ``resources`` (other resources, e.g. GPUs, and unchanged values are kept verbatim) and
 sets the ``podtailor.io/admitted-resources`` annotation. A pod left at its own resources because the target
 would exceed a ResourceQuota gets a warning and the ``podtailor.io/admission-held`` annotation (which the
-updater turns into an Event: the webhook writes nothing). A
+updater turns into an Event: the webhook writes nothing). A boosted pod gets ``podtailor.io/startup-boost``; an
+invalid startupBoost, a warning and ``podtailor.io/startup-boost-rejected`` (also an Event by the updater). A
 malformed quantity (pod or VPA) gives no patch and a warning. Every exception gives ``allowed: true`` (with
 the request's uid when it could be read) and the outcome ``error``: the webhook never blocks a pod.
 """
