@@ -178,8 +178,11 @@ def still_boosted(pod: PodView) -> dict[str, BoostRecord]:
 def unboost_due_s(pod: PodView, target: WorkloadTarget, names: Mapping[str, BoostRecord]) -> float | None:
     """When the boost is due to be taken back: the pod became Ready plus the longest ``durationSeconds`` of its
     boosted containers' current startupBoost (0 when the VPA no longer has one); None while not Ready. As VPA's
-    updater (``pkg/updater/logic/updater.go``, the boost worker after ``PodUpdateHandler``: Ready and the duration
-    passed, v1.8.1). A Ready pod whose transition time is unknown is due at once."""
+    ``GetExpiredStartupCPUBoostAnnotations`` (``pkg/utils/vpa/api.go``, v1.8.1: the Ready condition's
+    lastTransitionTime plus the duration read from the VPA now), which its updater's ``processNextBoostItem``
+    (``pkg/updater/logic/updater.go``) acts on; VPA expires each container on its own, we take the pod's boosted
+    containers back together (one resize), at the longest duration. A Ready pod whose transition time is
+    unknown is due at once."""
     if not pod.ready:
         return None
     duration = max((b.duration_s for name in names if name in target.containers
