@@ -239,3 +239,12 @@ def test_boosted_admission_is_capped_never_below_target_and_keeps_qos(
     unboosted = plain.changes[0].new_requests.cpu_millicores if plain.changes else req
     assert record.target_millicores == unboosted
     assert qos_class([(new_requests, new_limits)]) == qos_class([(view.requests, view.limits)])
+
+
+def test_boost_is_taken_back_whatever_the_update_mode() -> None:
+    # The webhook boosts in Initial mode too; the updater, which otherwise leaves Initial pods alone, takes the
+    # boost back (as VPA's updater does for any VPA with a startupBoost).
+    boost = CpuBoost(type=BoostType.FACTOR, factor=Fraction(2))
+    initial = pb.wtarget(pb.ctarget(startup_boost=boost), mode="Initial")
+    assert pb.decide_one(boosted_pod(), initial).reason == Reason.UNBOOST
+    assert pb.decide_one(pb.pod(), initial).reason == Reason.UPDATE_MODE
