@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from podtailor.resize.boost import CpuBoost
 from podtailor.resources import Resources
 
 DEFAULT_CHANGE_THRESHOLD = 0.10
@@ -57,6 +58,10 @@ class ContainerTarget:
     min_allowed: Resources = field(default_factory=Resources)
     max_allowed: Resources = field(default_factory=Resources)
     mode_off: bool = False
+    startup_boost: CpuBoost | None = None
+    """The VPA's ``spec.startupBoost`` (or the container policy's, which wins): applied at admission only."""
+    boost_error: str = ""
+    """Why the VPA's startupBoost for this container is not applied (the pod is admitted at its target)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +109,10 @@ class Reason(enum.StrEnum):
     NODE_UNKNOWN = "node-unknown"
     QUOTA = "quota"
     STATIC_POD = "static-pod"
+    STARTUP_BOOST = "startup-boost"
+    """Boosted at admission and not yet due to be taken back (or its un-boost cannot be done in place)."""
+    UNBOOST = "unboost"
+    """The startup boost is taken back in place."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from podtailor.kube.fields import hpa_target
+from podtailor.resize.boost import BoostError, CpuBoost, parse_boost
 from podtailor.resize.changes import limit_ranges_by_namespace
 from podtailor.resize.types import ContainerTarget, LimitRangeView
 from updater.kube.fields import MalformedObject, Obj, condition_true, resources, string_map
@@ -55,7 +56,20 @@ def _policies(spec: Mapping[str, Any], where: str) -> dict[str, Obj]:
     return {p["containerName"]: p for p in raw}
 
 
-def _container_target(rec: Obj, policy: Obj, where: str) -> ContainerTarget:
+def _boost(spec: Mapping[str, Any], policy: Obj, where: str) -> tuple[CpuBoost | None, str]:
+    """The container's CPU startup boost: its policy's ``startupBoost`` when it has one, else the VPA's (VPA's
+    ``getContainerStartupBoostPolicy``, ``pkg/admission-controller/resource/pod/patch/resource_updates.go``,
+    v1.8.1). An invalid one is (None, why): the VPA stays usable, its pods are admitted unboosted."""
+    raw, field = (policy["startupBoost"], "containerPolicy.startupBoost") if policy.get("startupBoost") is not None \
+        else (spec.get("startupBoost"), "spec.startupBoost")
+    try:
+        return parse_boost(raw, f"{where} {field}"), ""
+    except BoostError as err:
+        return None, str(err)[:300]
+
+
+def _container_target(rec: Obj, policy: Obj, where: str,
+                      boost: tuple[CpuBoost | None, str] = (None, "")) -> ContainerTarget:
     target = resources(rec.get("target"), f"{where}.target")
     controlled = policy.get("controlledResources", ["cpu", "memory"])
     if not isinstance(controlled, list) or not set(controlled) <= {"cpu", "memory"}:
@@ -69,7 +83,8 @@ def _container_target(rec: Obj, policy: Obj, where: str) -> ContainerTarget:
         upper_bound=resources(rec["upperBound"], f"{where}.upperBound") if "upperBound" in rec else target,
         controlled_resources=frozenset(controlled), controlled_values=str(values),
         min_allowed=resources(policy.get("minAllowed"), f"{where}.minAllowed"),
-        max_allowed=resources(policy.get("maxAllowed"), f"{where}.maxAllowed"), mode_off=policy.get("mode") == "Off")
+        max_allowed=resources(policy.get("maxAllowed"), f"{where}.maxAllowed"), mode_off=policy.get("mode") == "Off",
+        startup_boost=boost[0], boost_error=boost[1])
 
 
 def convert_vpa(obj: Obj, replicas: int) -> WorkloadTarget:
@@ -88,7 +103,8 @@ def convert_vpa(obj: Obj, replicas: int) -> WorkloadTarget:
         if not isinstance(name, str):
             raise MalformedObject(f"{where}: a container recommendation without containerName")
         policy = policies.get(name) or policies.get("*") or {}
-        containers[name] = _container_target(rec, policy, f"{where} container {name}")
+        containers[name] = _container_target(rec, policy, f"{where} container {name}",
+                                             _boost(spec, policy, f"{where} container {name}"))
     return WorkloadTarget(namespace=str(meta.get("namespace", "")), workload_kind=ref["kind"],
                           workload_name=ref["name"], vpa_name=str(meta.get("name", "")), update_mode=str(mode),
                           containers=containers, stale=condition_true(status, "Stale"), replicas=replicas)

@@ -180,5 +180,7 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
         pod_level=optional_resources((spec.get("resources") or {}).get("requests"), f"{where}.spec.resources"),
         resize_in_progress_since_s=optional_timestamp_s((progress or {}).get("lastTransitionTime"),
                                                         f"{where}.PodResizeInProgress"),
+        ready_since_s=optional_timestamp_s((condition(status, "Ready") or {}).get("lastTransitionTime"),
+                                           f"{where}.Ready") if common["ready"] else None,
     )
     return view, observation

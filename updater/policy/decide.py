@@ -13,6 +13,12 @@ restarting change (fallback), restarting change outside the maintenance window o
 A fallback is taken only when allowed: policy fallback not none, mode not InPlace, the pod has a controller,
 the workload has more than one replica (unless allowed) and the pod is not marked do-not-disrupt; otherwise
 the pod is skipped, with the reason that blocked it and the fallback it would have taken in the message.
+
+A pod the webhook gave a CPU startup boost (``podtailor.io/startup-boost``, its CPU request still the boosted
+value) is held out of all that (reason ``startup-boost``) until it has been Ready for the boost's
+``durationSeconds``; then it is resized in place to its target (reason ``unboost``) whatever its update mode
+(Off included, as VPA does), the change threshold or its age, honouring resizePolicy and the restart gates, and
+never through the fallback: an un-boost that cannot be done in place leaves the pod boosted, said in the message.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from podtailor.resize import changes as ch
+from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
+from podtailor.resize.boost import BoostRecord, read_annotation
 from podtailor.resize.types import ContainerChange, LimitRangeView, QoS, Reason
 from podtailor.resources import Resources
 from updater.answers import ServerFeatures, above_allocatable_answer
@@ -142,7 +150,7 @@ def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Ve
                                         "recreates it from the manifest; left alone")
     if target is None:
         return _skip(Reason.NO_TARGET, f"no recommendation for {pod.workload_kind}/{pod.workload_name}")
-    if target.update_mode not in ACTED_MODES:
+    if target.update_mode not in ACTED_MODES and not still_boosted(pod):  # a boost is taken back in any mode
         return _skip(Reason.UPDATE_MODE, f"VPA {target.vpa_name} update mode {target.update_mode} is not acted on")
     why = not_covered(pod, ctx.policy)
     if why is not None:
@@ -151,7 +159,72 @@ def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Ve
         return _skip(Reason.POOL_FROZEN, f"pool {pod.pool!r} frozen: {ctx.frozen[pod.pool]}")
     if pod.node not in ctx.nodes:
         return _skip(Reason.NODE_UNKNOWN, f"node {pod.node!r} is not in the snapshot")
+    boosted = still_boosted(pod)
+    if boosted:
+        return _boost_held(pod, target, ctx, boosted)
     return _in_flight(pod, target, ctx) or _pod_state(pod, ctx)
+
+
+# --------------------------------------------------------------------------------------- startup boost
+def still_boosted(pod: PodView) -> dict[str, BoostRecord]:
+    """The containers whose CPU request is still the boost the webhook gave them (``podtailor.io/startup-boost``):
+    once resized to anything else, a container is no longer boosted, whatever the annotation says."""
+    records = read_annotation(pod.annotations.get(BOOST_ANNOTATION))
+    return {c.name: records[c.name] for c in pod.containers
+            if c.name in records and c.requests.cpu_millicores == records[c.name].boosted_millicores
+            and records[c.name].boosted_millicores > records[c.name].target_millicores}
+
+
+def unboost_due_s(pod: PodView, target: WorkloadTarget, names: Mapping[str, BoostRecord]) -> float | None:
+    """When the boost is due to be taken back: the pod became Ready plus the longest ``durationSeconds`` of its
+    boosted containers' current startupBoost (0 when the VPA no longer has one); None while not Ready. As VPA's
+    ``GetExpiredStartupCPUBoostAnnotations`` (``pkg/utils/vpa/api.go``, v1.8.1: the Ready condition's
+    lastTransitionTime plus the duration read from the VPA now), which its updater's ``processNextBoostItem``
+    (``pkg/updater/logic/updater.go``) acts on; VPA expires each container on its own, we take the pod's boosted
+    containers back together (one resize), at the longest duration. A Ready pod whose transition time is
+    unknown is due at once."""
+    if not pod.ready:
+        return None
+    duration = max((b.duration_s for name in names if name in target.containers
+                    and (b := target.containers[name].startup_boost) is not None), default=0)
+    return (pod.ready_since_s or float("-inf")) + duration
+
+
+def _boost_held(pod: PodView, target: WorkloadTarget, ctx: Context, names: Mapping[str, BoostRecord]) -> Verdict | None:
+    """A boosted pod's skip (not yet due, or its un-boost cannot be done in place), or None when it is due. It is
+    never 'above target' before then (VPA keeps such pods out of its normal update loop the same way,
+    ``updater.go`` ``RunOnce`` with ``PodHasCPUBoostInProgressAnnotation``), and never evicted to take a boost
+    back: an Infeasible or timed-out un-boost leaves it boosted, reported in the decision's message."""
+    shown = ", ".join(sorted(names))
+    flight = _in_flight(pod, target, ctx)
+    if flight is not None and flight.action == Action.FALLBACK:
+        return _skip(Reason.STARTUP_BOOST, f"left boosted ({shown}), never evicted to take a boost back: "
+                                           f"{flight.message}")
+    if flight is not None:
+        return flight
+    due = unboost_due_s(pod, target, names)
+    if due is None:
+        return _skip(Reason.STARTUP_BOOST, f"boosted ({shown}): taken back once the pod is Ready")
+    if ctx.now_s < due:
+        return _skip(Reason.STARTUP_BOOST, f"boosted ({shown}): taken back in {due - ctx.now_s:.0f}s")
+    return None
+
+
+def _unboost(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal) -> Verdict:
+    """A due boost is taken back in place to the target whatever the change threshold and the pod's age; it
+    honours resizePolicy (a restarting un-boost waits for the restart gates) and never falls back."""
+    if not proposal.active:
+        return judge(pod, target, ctx, proposal)
+    blocked = _feasibility(pod, target, ctx, proposal)
+    if blocked is not None:
+        return _skip(Reason.STARTUP_BOOST, f"left boosted, not taken back in place: {blocked.message}")
+    restarting = [c.name for c in proposal.active if c.restarts]
+    if restarting:
+        gated = _restart_gates(pod, ctx, restarting)
+        return gated if gated.action == Action.SKIP else Verdict(action=Action.RESIZE_RESTART, reason=Reason.UNBOOST,
+                                                                 message=f"startup boost taken back: {gated.message}")
+    return Verdict(action=Action.RESIZE_ONLINE, reason=Reason.UNBOOST,
+                   message=f"startup boost taken back in place, largest request change {proposal.size:.0%}")
 
 
 def _pod_state(pod: PodView, ctx: Context) -> Verdict | None:
@@ -279,7 +352,10 @@ def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
     target = ctx.targets.get(workload_key(pod))
     verdict = _pod_checks(pod, target, ctx)
     proposal: Proposal | None = None
-    if target is not None and (verdict is None or verdict.action == Action.FALLBACK):
+    if target is not None and verdict is None and still_boosted(pod):
+        proposal = propose(pod, target, ctx, no_decrease=False)
+        verdict = _unboost(pod, target, ctx, proposal)
+    elif target is not None and (verdict is None or verdict.action == Action.FALLBACK):
         proposal = propose(pod, target, ctx, no_decrease=target.stale)
         verdict = verdict or judge(pod, target, ctx, proposal)
     assert verdict is not None

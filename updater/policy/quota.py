@@ -37,6 +37,9 @@ from updater.policy.types import Action, PodDecision, PodView, QuotaView, ScopeR
 HELD_ANNOTATION = "podtailor.io/admission-held"
 """Set by the webhook on a pod it left at its own resources because the target would exceed a ResourceQuota
 (the value says which); the updater records it as a Warning Event on the pod (the webhook writes nothing)."""
+BOOST_REJECTED_ANNOTATION = "podtailor.io/startup-boost-rejected"
+"""Set by the webhook when the VPA's startupBoost is invalid (the pod is admitted unboosted); the updater records
+an Event from it, as from ``HELD_ANNOTATION``."""
 KEYS: Mapping[str, tuple[str, str]] = {
     "cpu": ("requests", "cpu"), "requests.cpu": ("requests", "cpu"), "limits.cpu": ("limits", "cpu"),
     "memory": ("requests", "memory"), "requests.memory": ("requests", "memory"),

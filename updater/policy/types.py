@@ -77,6 +77,8 @@ class PodView:
     """``spec.activeDeadlineSeconds`` >= 0 (ResourceQuota's Terminating scope)."""
     cross_namespace_affinity: bool = False
     """Some pod (anti-)affinity term names other namespaces (ResourceQuota's CrossNamespacePodAffinity scope)."""
+    ready_since_s: float | None = None
+    """When the Ready condition last turned True (its lastTransitionTime); None when not Ready or unknown."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from podtailor.resize.types import Reason
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
-from updater.policy.quota import HELD_ANNOTATION
+from updater.policy.quota import BOOST_REJECTED_ANNOTATION, HELD_ANNOTATION
 from updater.policy.types import Action, Plan, PodView, RolloutPolicy
 from updater.rollout.journal import TERMINAL, Rollout
 from updater.rollout.machine_effects import Event
@@ -25,7 +25,7 @@ class Recording:
     def __init__(self, recorder: Recorder, metrics: UpdaterMetrics | None = None) -> None:
         self.recorder = recorder
         self.metrics = metrics
-        self._held_noted: set[str] = set()
+        self._held_noted: set[tuple[str, str]] = set()
         """Uids of pods whose admission-held annotation has been recorded as an Event by this process."""
 
     def event(self, r: Rollout, ev: Event, obs: Mapping[str, PodObservation] | None = None) -> None:
@@ -42,16 +42,20 @@ class Recording:
 
     def admission_held(self, pods: Sequence[PodView]) -> None:
         """A Warning Event, once per pod, on each pod the webhook left at its own resources because its target
-        would exceed a ResourceQuota (``HELD_ANNOTATION``): the webhook is read-only, the updater records it."""
+        would exceed a ResourceQuota (``HELD_ANNOTATION``): the webhook is read-only, the updater records it.
+        A ``BOOST_REJECTED_ANNOTATION`` (the VPA's startupBoost was invalid, the pod admitted unboosted) is
+        recorded the same way, with reason ``StartupBoostRejected``."""
         current = set()
         for p in pods:
-            why = p.annotations.get(HELD_ANNOTATION)
-            if not why:
-                continue
-            current.add(p.uid)
-            if p.uid not in self._held_noted:
-                self.recorder.record(namespace=p.namespace, kind="Pod", name=p.name, uid=p.uid,
-                                     reason="TargetExceedsQuota", message=why, warning=True)
+            for key, reason in ((HELD_ANNOTATION, "TargetExceedsQuota"), (BOOST_REJECTED_ANNOTATION,
+                                                                          "StartupBoostRejected")):
+                why = p.annotations.get(key)
+                if not why:
+                    continue
+                current.add((p.uid, reason))
+                if (p.uid, reason) not in self._held_noted:
+                    self.recorder.record(namespace=p.namespace, kind="Pod", name=p.name, uid=p.uid,
+                                         reason=reason, message=why, warning=True)
         self._held_noted = current
 
     def resize(self, outcome: str) -> None:

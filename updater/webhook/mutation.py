@@ -11,6 +11,9 @@ A result that would change the pod's QoS class is refused: the pod is admitted a
 So is one that would make the pod exceed a matching ResourceQuota (``updater.policy.quota.exceeded``: used +
 the new pod's requests or limits above hard, where the pod's own values use less): mutated, quota admission
 would refuse the pod and its controller would fail to create it again and again; as it came it may fit.
+CPU startup boost (``boost_change``): where the VPA has a valid ``startupBoost`` the boosted values are tried
+first and the pod admitted at the plain target when they would change the QoS class or exceed a quota; an
+invalid one is reported (``boost_errors``) and the pod admitted at the target.
 
 Staleness: a Stale VPA's target is applied as it is. It is the last good recommendation, and a new pod
 has no history of its own to protect; staleness only withholds in-place decreases of running pods
@@ -20,11 +23,12 @@ has no history of its own to protect; staleness only withholds in-place decrease
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from podtailor.resize.changes import Constraints, container_change, is_noop, qos_class
-from podtailor.resize.types import ContainerChange, ContainerView
+from podtailor.resize.boost import BoostRecord, boosted_cpu
+from podtailor.resize.changes import Constraints, container_change, get, is_noop, put, qos_class
+from podtailor.resize.types import ContainerChange, ContainerTarget, ContainerView
 from podtailor.resources import Resources
 from podtailor.units import format_cpu, format_memory
 from updater.policy.quota import Subject, exceeded, spec_usage
@@ -79,6 +83,10 @@ class AdmissionDecision:
     vpa_name: str = ""
     changes: tuple[ContainerChange, ...] = field(default_factory=tuple)
     """Only the containers whose values change."""
+    boosts: Mapping[str, BoostRecord] = field(default_factory=dict)
+    """Containers given a CPU startup boost: their boosted request and the target it is taken back to."""
+    boost_errors: tuple[str, ...] = ()
+    """Why a VPA's startupBoost was not applied (invalid): the pod is admitted at its target all the same."""
 
 
 def _pairs(pod: PodResources, changes: Iterable[ContainerChange] = ()) -> list[tuple[Resources, Resources]]:
@@ -86,32 +94,36 @@ def _pairs(pod: PodResources, changes: Iterable[ContainerChange] = ()) -> list[t
     return [new.get(v.name, (v.requests, v.limits)) for v in pod.containers] + list(pod.init_containers)
 
 
-def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constraints,
-           quotas: Sequence[QuotaView] = ()) -> AdmissionDecision:
-    """The admission decision for one pod (``constraints.no_decrease`` is the caller's to set: False here);
-    ``quotas``: the namespace's ResourceQuotas."""
-    if target is None:
-        return AdmissionDecision(outcome=Outcome.NO_VPA)
-    name = target.vpa_name
-    if target.update_mode not in ADMISSION_MODES:
-        return AdmissionDecision(outcome=Outcome.MODE_OFF, vpa_name=name,
-                                 message=f"VPA {name} has updateMode {target.update_mode}")
-    if not target.containers:
-        return AdmissionDecision(outcome=Outcome.NO_RECOMMENDATION, vpa_name=name,
-                                 message=f"VPA {name} has no recommendation yet")
-    if pod.pod_level:
-        return AdmissionDecision(outcome=Outcome.POD_LEVEL, vpa_name=name,
-                                 message="pod-level spec.resources is set; container resources left as they are")
-    changes = []
-    for view in pod.containers:
-        container_target = target.containers.get(view.name)
-        if container_target is None:
-            continue
-        change = container_change(view, container_target, constraints)
-        if not is_noop(change):
-            changes.append(change)
-    if not changes:
-        return AdmissionDecision(outcome=Outcome.UNCHANGED, vpa_name=name)
+def _guaranteed(requests: Resources, limits: Resources) -> bool:
+    return all(get(limits, n) is not None and get(requests, n) in (None, get(limits, n)) for n in ("cpu", "memory"))
+
+
+def boost_change(view: ContainerView, target: ContainerTarget, change: ContainerChange,
+                 constraints: Constraints) -> tuple[ContainerChange, BoostRecord] | None:
+    """The container's change with its CPU startup boost, and what to record; None when there is nothing to boost
+    (no valid boost, CPU not controlled or kept for an HPA, or every cap leaves the request at the target).
+    The boosted request goes through ``container_change`` as a target would, so it is capped by maxAllowed, the
+    LimitRange max (and limit:request ratio) and, under RequestsOnly, the limit; the limit follows the request
+    in proportion under RequestsAndLimits. A boost that would make the container Guaranteed (or no longer) is
+    dropped: it must not change the pod's QoS class (VPA keeps the request 1m below the limit for the same
+    reason, ``capStartupBoostToContainerLimit`` in ``resource_updates.go``)."""
+    boost, base = target.startup_boost, get(change.new_requests, "cpu")
+    if (boost is None or target.mode_off or "cpu" not in target.controlled_resources or base is None
+            or get(target.target, "cpu") is None or "cpu" in constraints.hpa_resources):
+        return None
+    boosted_target = replace(target, target=put(target.target, "cpu", boosted_cpu(base, boost)))
+    boosted = container_change(view, boosted_target, replace(constraints, no_decrease=False))
+    cpu = get(boosted.new_requests, "cpu")
+    if cpu is None or cpu <= base:
+        return None
+    if _guaranteed(boosted.new_requests, boosted.new_limits) != _guaranteed(change.new_requests, change.new_limits):
+        return None
+    return boosted, BoostRecord(boosted_millicores=cpu, target_millicores=base)
+
+
+def _refusal(pod: PodResources, name: str, changes: Sequence[ContainerChange],
+             quotas: Sequence[QuotaView]) -> AdmissionDecision | None:
+    """QOS_WOULD_CHANGE or QUOTA_EXCEEDED when ``changes`` may not be applied, else None."""
     before, after = qos_class(_pairs(pod)), qos_class(_pairs(pod, changes))
     if before != after:
         return AdmissionDecision(outcome=Outcome.QOS_WOULD_CHANGE, vpa_name=name,
@@ -125,7 +137,52 @@ def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constr
         return AdmissionDecision(outcome=Outcome.QUOTA_EXCEEDED, vpa_name=name,
                                  message=f"podtailor: VPA {name} target would exceed {why}; pod admitted with its "
                                          "own resources")
-    return AdmissionDecision(outcome=Outcome.MUTATED, vpa_name=name, changes=tuple(changes))
+    return None
+
+
+def decide(pod: PodResources, target: WorkloadTarget | None, constraints: Constraints,
+           quotas: Sequence[QuotaView] = ()) -> AdmissionDecision:
+    """The admission decision for one pod (``constraints.no_decrease`` is the caller's to set: False here);
+    ``quotas``: the namespace's ResourceQuotas. With a CPU startup boost the boosted values are tried first; if
+    they would change the QoS class or exceed a quota, the pod is admitted at the unboosted target."""
+    if target is None:
+        return AdmissionDecision(outcome=Outcome.NO_VPA)
+    name = target.vpa_name
+    if target.update_mode not in ADMISSION_MODES:
+        return AdmissionDecision(outcome=Outcome.MODE_OFF, vpa_name=name,
+                                 message=f"VPA {name} has updateMode {target.update_mode}")
+    if not target.containers:
+        return AdmissionDecision(outcome=Outcome.NO_RECOMMENDATION, vpa_name=name,
+                                 message=f"VPA {name} has no recommendation yet")
+    if pod.pod_level:
+        return AdmissionDecision(outcome=Outcome.POD_LEVEL, vpa_name=name,
+                                 message="pod-level spec.resources is set; container resources left as they are")
+    changes, boosted, boosts, errors = [], [], {}, []
+    for view in pod.containers:
+        container_target = target.containers.get(view.name)
+        if container_target is None:
+            continue
+        change = container_change(view, container_target, constraints)
+        if container_target.boost_error:
+            errors.append(container_target.boost_error)
+        extra = boost_change(view, container_target, change, constraints)
+        if extra is not None:
+            boosts[view.name] = extra[1]
+        if not is_noop(change):
+            changes.append(change)
+        chosen = change if extra is None else extra[0]
+        if not is_noop(chosen):
+            boosted.append(chosen)
+    if boosts and _refusal(pod, name, boosted, quotas) is None:
+        return AdmissionDecision(outcome=Outcome.MUTATED, vpa_name=name, changes=tuple(boosted), boosts=boosts,
+                                 boost_errors=tuple(errors))
+    if not changes:
+        return AdmissionDecision(outcome=Outcome.UNCHANGED, vpa_name=name, boost_errors=tuple(errors))
+    refused = _refusal(pod, name, changes, quotas)
+    if refused is not None:
+        return replace(refused, boost_errors=tuple(errors))
+    return AdmissionDecision(outcome=Outcome.MUTATED, vpa_name=name, changes=tuple(changes),
+                             boost_errors=tuple(errors))
 
 
 def _describe(values: Resources) -> str:

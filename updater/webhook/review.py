@@ -7,7 +7,8 @@ the pod's VPA target, deciding (``mutation.decide``) and answering with a base64
 changed containers' ``resources`` (other resources, e.g. GPUs, and unchanged values are kept verbatim) and
 sets the ``podtailor.io/admitted-resources`` annotation. A pod left at its own resources because the target
 would exceed a ResourceQuota gets a warning and the ``podtailor.io/admission-held`` annotation (which the
-updater turns into an Event: the webhook writes nothing). A
+updater turns into an Event: the webhook writes nothing). A boosted pod gets ``podtailor.io/startup-boost``; an
+invalid startupBoost, a warning and ``podtailor.io/startup-boost-rejected`` (also an Event by the updater). A
 malformed quantity (pod or VPA) gives no patch and a warning. Every exception gives ``allowed: true`` (with
 the request's uid when it could be read) and the outcome ``error``: the webhook never blocks a pod.
 """
@@ -22,13 +23,15 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from podtailor.kube.fields import is_sidecar, pod_containers
+from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
+from podtailor.resize.boost import annotation_value
 from podtailor.resize.changes import RESOURCES, get
 from podtailor.resize.types import ContainerChange, ContainerView
 from podtailor.units import format_cpu, format_memory
 from updater.kube.fields import MalformedObject, Obj, resources
 from updater.kube.pods import cross_namespace_affinity, gated
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
-from updater.policy.quota import HELD_ANNOTATION
+from updater.policy.quota import BOOST_REJECTED_ANNOTATION, HELD_ANNOTATION
 from updater.webhook.mutation import (
     MAX_SUMMARY_CHARS,
     AdmissionDecision,
@@ -93,8 +96,35 @@ def _new_resources(raw: Obj, change: ContainerChange) -> Obj:
     return out
 
 
+def annotation_ops(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[Obj]:
+    """RFC 6902 operations that set ``values`` as annotations: one ``add`` per key when the pod has annotations,
+    else one ``add`` of the whole map (several such adds would each replace the last)."""
+    if not values:
+        return []
+    meta = pod.get("metadata") or {}
+    if isinstance(meta.get("annotations"), dict):
+        return [{"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
+                 "value": value} for key, value in values.items()]
+    return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
+
+
+def _annotations(decision: AdmissionDecision) -> dict[str, str]:
+    """The annotations of a decision: what it admitted (mutated), the startup boost it gave, why a boost was
+    rejected, why a quota held it."""
+    out = {}
+    if decision.outcome is Outcome.MUTATED:
+        out[ANNOTATION] = summary(decision)
+    if decision.boosts:
+        out[BOOST_ANNOTATION] = annotation_value(decision.boosts)
+    if decision.boost_errors:
+        out[BOOST_REJECTED_ANNOTATION] = "; ".join(decision.boost_errors)[:MAX_SUMMARY_CHARS]
+    if decision.outcome is Outcome.QUOTA_EXCEEDED:
+        out[HELD_ANNOTATION] = decision.message[:MAX_SUMMARY_CHARS]
+    return out
+
+
 def json_patch(pod: Mapping[str, Any], decision: AdmissionDecision) -> list[Obj]:
-    """RFC 6902 operations: ``add`` (which replaces) of each changed container's resources, and the annotation."""
+    """RFC 6902 operations: ``add`` (which replaces) of each changed container's resources, and the annotations."""
     changes = {c.name: c for c in decision.changes}
     spec, ops = pod.get("spec") or {}, []
     for key, only_sidecars in (("initContainers", True), ("containers", False)):
@@ -103,14 +133,7 @@ def json_patch(pod: Mapping[str, Any], decision: AdmissionDecision) -> list[Obj]
                 continue
             ops.append({"op": "add", "path": f"/spec/{key}/{i}/resources",
                         "value": _new_resources(c, changes[c["name"]])})
-    meta = pod.get("metadata") or {}
-    text = summary(decision)
-    if isinstance(meta.get("annotations"), dict):
-        ops.append({"op": "add", "path": "/metadata/annotations/" + ANNOTATION.replace("~", "~0").replace("/", "~1"),
-                    "value": text})
-    else:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION: text}})
-    return ops
+    return ops + annotation_ops(pod, _annotations(decision))
 
 
 def response(uid: str, patch: list[Obj] | None = None, warnings: tuple[str, ...] = ()) -> Obj:
@@ -146,17 +169,6 @@ def _decide(request: Mapping[str, Any], resolver: Resolver) -> tuple[AdmissionDe
     return decide(views, resolution.target, resolution.constraints, resolution.quotas), pod
 
 
-def held_patch(pod: Mapping[str, Any], message: str) -> list[Obj]:
-    """The one operation for a pod left at its own resources by a ResourceQuota: the ``HELD_ANNOTATION``
-    (resources untouched), so the updater, which may write Events, records one on the pod."""
-    meta = pod.get("metadata") or {}
-    text = message[:MAX_SUMMARY_CHARS]
-    if isinstance(meta.get("annotations"), dict):
-        return [{"op": "add", "path": "/metadata/annotations/" + HELD_ANNOTATION.replace("~", "~0").replace("/", "~1"),
-                 "value": text}]
-    return [{"op": "add", "path": "/metadata/annotations", "value": {HELD_ANNOTATION: text}}]
-
-
 def gate_patch(pod: Mapping[str, Any]) -> list[Obj]:
     """For a pod whose template opts in (``DRAIN_ANNOTATION: "true"``), the serving readiness gate, so the
     updater can take it out of its Services' endpoints before a restarting resize; [] otherwise."""
@@ -182,15 +194,19 @@ def admit(body: bytes, resolver: Resolver) -> tuple[Obj, Outcome]:
             return response(uid), Outcome.IGNORED
         decision, pod = _decide(request, resolver)
         gate = gate_patch(pod)
+        rejected = tuple(f"podtailor: startupBoost not applied: {e}" for e in decision.boost_errors)
+        if rejected:
+            log.warning("startup boost rejected; pod admitted unboosted",
+                        extra={"namespace": request.get("namespace"), "reason": "; ".join(decision.boost_errors)})
         if decision.outcome is Outcome.MUTATED:
-            return response(uid, json_patch(pod, decision) + gate), decision.outcome
+            return response(uid, json_patch(pod, decision) + gate, warnings=rejected), decision.outcome
         warnings = (decision.message,) if decision.outcome in WARNED else ()
         if warnings:
             log.warning("pod admitted unchanged", extra={"namespace": request.get("namespace"),
                                                          "outcome": decision.outcome.value,
                                                          "reason": decision.message})
-        held = held_patch(pod, decision.message) if decision.outcome is Outcome.QUOTA_EXCEEDED else []
-        return response(uid, held + gate, warnings=warnings), decision.outcome
+        notes = annotation_ops(pod, _annotations(decision))
+        return response(uid, notes + gate, warnings=warnings + rejected), decision.outcome
     except Exception as err:  # the one broad catch: fail open, whatever went wrong
         log.error("admission failed; pod allowed unchanged", extra={"uid": uid, "error": str(err)[:500]})
         return response(uid), Outcome.ERROR
