@@ -1,9 +1,10 @@
 """The strategy registry: names to strategies, with parameter overrides.
 
-Owns the list of strategy names (``STRATEGIES``) and ``get_strategy(name, **overrides)``, which builds a
-strategy with its default parameters replaced by the overrides (unknown names or parameters raise
-``ValueError``), so reports, the CLI and the backtest select and tune strategies the same way, and
-``at_risk(name)``: how to build that strategy at a given risk setting, for the strategies that have one.
+Owns the list of strategy names (``STRATEGIES``, and the ``CANDIDATES`` under study) and
+``get_strategy(name, **overrides)``, which builds a strategy with its default parameters replaced by the
+overrides (unknown names or parameters raise ``ValueError``), so reports, the CLI and the backtest select and
+tune strategies the same way, and ``at_risk(name)``: how to build that strategy at a given risk setting, for
+the strategies that have one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from recommender.model.autopilot_ml import AutopilotMlParams, AutopilotMlStrategy
 from recommender.model.krr import KrrParams, KrrSimpleStrategy
 from recommender.model.podtailor import PodtailorStrategy
 from recommender.model.podtailor_state import PodtailorParams
@@ -22,9 +24,13 @@ _FACTORIES: dict[str, tuple[type[Any], Callable[[Any], Strategy]]] = {
     "vpa": (VpaParams, VpaStrategy),
     "krr-simple": (KrrParams, KrrSimpleStrategy),
     "podtailor": (PodtailorParams, PodtailorStrategy),
+    "autopilot-ml": (AutopilotMlParams, AutopilotMlStrategy),
 }
 
-STRATEGIES: tuple[str, ...] = tuple(_FACTORIES)
+CANDIDATES: tuple[str, ...] = ("autopilot-ml",)
+"""Strategies under study (issue #18): built by ``get_strategy`` and ``backtest --strategies``, but not in the
+default rows of a backtest nor offered to the recommender's ``run``."""
+STRATEGIES: tuple[str, ...] = tuple(n for n in _FACTORIES if n not in CANDIDATES)
 DEFAULT_STRATEGY = "podtailor"
 
 

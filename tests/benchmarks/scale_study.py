@@ -8,7 +8,12 @@ relative slack, OOMs per series-day, CPU minutes over the request and changes pe
 of their 1x values. VPA runs as it is, floors included, as the goal lines compare against it. The traces
 are read from ``../shared/traces/`` and the study says so when they are absent.
 
-``python -m tests.benchmarks.scale_study [--trace bitbrains-08 ...] [--series N] [--set podtailor.k=v ...]``
+``--strategy autopilot-ml`` (repeatable) studies other registered strategies (candidates such as
+``autopilot-ml``) in place of ``podtailor``, each in the same run as VPA and the oracle, with the tiny floors
+given to every studied strategy that has those parameters.
+
+``python -m tests.benchmarks.scale_study [--trace bitbrains-08 ...] [--series N] [--strategy NAME ...]
+[--set NAME.k=v ...]`` (a ``--set`` without ``NAME.`` applies to podtailor)
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from recommender.backtest.report import goals
 from recommender.backtest.runner import ORACLE, StrategySpec, run_series
 from recommender.backtest.trace import Series, TraceColumns, read_trace
 from recommender.model.common import GIB
+from recommender.model.registry import get_strategy
 
 TRACES_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
 TRACES: dict[str, tuple[str, TraceColumns | None]] = {
@@ -47,17 +53,26 @@ def scaled(series: list[Series], factor: float) -> list[Series]:
                     memory_provisioned_bytes=times(s.memory_provisioned_bytes)) for s in series]
 
 
-def study(name: str, series: list[Series], scales: list[float], overrides: tuple[tuple[str, Any], ...],
-          workers: int) -> dict[str, Any]:
-    specs = [StrategySpec(name="vpa"), StrategySpec(name="podtailor", overrides=overrides), StrategySpec(name=ORACLE)]
+def tiny_floors(name: str) -> list[tuple[str, Any]]:
+    """``TINY_FLOORS`` for the named strategy: those of its parameters it has."""
+    known = get_strategy(name).parameters()
+    return [(k, v) for k, v in TINY_FLOORS if k in known]
+
+
+def study(name: str, series: list[Series], scales: list[float],
+          studied: dict[str, tuple[tuple[str, Any], ...]], workers: int) -> dict[str, Any]:
+    """Per scale: each studied strategy's figures and goals, and VPA's figures, from one run per scale."""
+    specs = [StrategySpec(name="vpa"), *(StrategySpec(name=n, overrides=o) for n, o in studied.items()),
+             StrategySpec(name=ORACLE)]
     out: dict[str, Any] = {}
     for factor in scales:
         t0 = time.perf_counter()
         result = run_series(scaled(series, factor), specs, ReplayConfig(), workers=workers)
         per = result.metrics()["all"]
-        out[f"{factor:g}"] = {"podtailor": {k: getattr(per["podtailor"], k) for k in FIGURES},
-                              "vpa": {k: getattr(per["vpa"], k) for k in FIGURES},
-                              "goals": goals(per, "podtailor"), "elapsed_s": time.perf_counter() - t0}
+        row: dict[str, Any] = {n: {k: getattr(per[n], k) for k in FIGURES} for n in [*studied, "vpa"]}
+        row["goals"] = {n: goals(per, n) for n in studied}
+        row["elapsed_s"] = time.perf_counter() - t0
+        out[f"{factor:g}"] = row
     return out
 
 
@@ -65,18 +80,19 @@ def _fmt(v: Any) -> str:
     return "n/a" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-def print_study(name: str, res: dict[str, Any]) -> None:
-    base = res.get("1", {}).get("podtailor", {})
+def print_study(name: str, res: dict[str, Any], studied: list[str]) -> None:
     print(f"\n{name}")
-    print("scale | " + " | ".join(FIGURES) + " | cpu gap | mem gap | goals met")
-    for scale, r in res.items():
-        p, v, g = r["podtailor"], r["vpa"], r["goals"] or {}
-        cells = []
-        for k in FIGURES:
-            drift = "" if not base.get(k) or p[k] is None else f" ({p[k] / base[k] - 1:+.1%})"
-            cells.append(f"{_fmt(p[k])}{drift} vs {_fmt(v[k])}")
-        print(f"{scale} | " + " | ".join(cells) + f" | {_fmt(g.get('cpu_gap_closed'))} | "
-              f"{_fmt(g.get('memory_gap_closed'))} | {g.get('all_met')}")
+    print("strategy | scale | " + " | ".join(FIGURES) + " | cpu gap | mem gap | goals met")
+    for strategy in studied:
+        base = res.get("1", {}).get(strategy, {})
+        for scale, r in res.items():
+            p, v, g = r[strategy], r["vpa"], r["goals"][strategy] or {}
+            cells = []
+            for k in FIGURES:
+                drift = "" if not base.get(k) or p[k] is None else f" ({p[k] / base[k] - 1:+.1%})"
+                cells.append(f"{_fmt(p[k])}{drift} vs {_fmt(v[k])}")
+            print(f"{strategy} | {scale} | " + " | ".join(cells) + f" | {_fmt(g.get('cpu_gap_closed'))} | "
+                  f"{_fmt(g.get('memory_gap_closed'))} | {g.get('all_met')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,15 +100,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", action="append", choices=sorted(TRACES), help="default: every trace")
     parser.add_argument("--series", type=int, help="only the first N series of each trace")
     parser.add_argument("--scales", default="0.1,1,10")
-    parser.add_argument("--set", action="append", default=[], metavar="podtailor.KEY=VALUE")
+    parser.add_argument("--strategy", action="append", metavar="NAME",
+                        help="a registered strategy to study against VPA (repeatable; default podtailor)")
+    parser.add_argument("--set", action="append", default=[], metavar="[NAME.]KEY=VALUE",
+                        help="override a studied strategy's parameter (JSON value; no NAME.: podtailor)")
     parser.add_argument("--no-tiny-floors", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    overrides: list[tuple[str, Any]] = [] if args.no_tiny_floors else list(TINY_FLOORS)
+    names = args.strategy or ["podtailor"]
+    if "vpa" in names or len(set(names)) < len(names):
+        parser.error("--strategy: vpa is always studied against; name each other strategy once")
+    overrides: dict[str, list[tuple[str, Any]]] = {n: [] if args.no_tiny_floors else tiny_floors(n) for n in names}
     for item in args.set:
-        key, _, value = item.removeprefix("podtailor.").partition("=")
-        overrides.append((key, json.loads(value)))
+        key, _, value = item.partition("=")
+        target, _, param = key.rpartition(".") if "." in key else ("podtailor", "", key)
+        if target not in overrides:
+            parser.error(f"--set {item!r}: {target} is not a studied strategy")
+        overrides[target].append((param, json.loads(value)))
+    for n, o in overrides.items():
+        get_strategy(n, **dict(o))  # unknown names and parameters fail here, before any replay
     scales = [float(x) for x in args.scales.split(",")]
     results = {}
     for name in args.trace or sorted(TRACES):
@@ -107,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             series.append(s)
             if args.series is not None and len(series) >= args.series:
                 break
-        results[name] = study(name, series, scales, tuple(overrides), args.workers)
-        print_study(name, results[name])
+        results[name] = study(name, series, scales, {n: tuple(o) for n, o in overrides.items()}, args.workers)
+        print_study(name, results[name], names)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

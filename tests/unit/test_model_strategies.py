@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podtailor.resources import CurrentResources, Resources
-from recommender.model.registry import STRATEGIES, get_strategy
+from recommender.model.registry import CANDIDATES, STRATEGIES, get_strategy
 from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, UsageBatch
 
 NOW = 1_700_000_000.0
 STEP = 300.0
+EVERY = STRATEGIES + CANDIDATES
+"""The candidates under study pass the same tests as the strategies on offer."""
 CURRENT = CurrentResources(requests=Resources(cpu_millicores=300, memory_bytes=2**29),
                            limits=Resources(cpu_millicores=900, memory_bytes=2**30))
 
@@ -59,7 +61,7 @@ def test_registry() -> None:
         get_strategy("vpa", no_such_parameter=1)
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", EVERY)
 def test_no_history_recommends_nothing(name: str) -> None:
     strategy = get_strategy(name)
     state = strategy.new_state()
@@ -69,7 +71,7 @@ def test_no_history_recommends_nothing(name: str) -> None:
     assert rec.reasons == ("no history",) and rec.confidence == 0.0
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", EVERY)
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0])
 def test_bad_values_raise(name: str, bad: float) -> None:
     state = get_strategy(name).new_state()
@@ -82,7 +84,7 @@ def test_bad_values_raise(name: str, bad: float) -> None:
     assert state.first_sample_s is None  # nothing was taken in
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", EVERY)
 def test_out_of_order_batch_equals_sorted(name: str) -> None:
     ordered = random_batch(1)
     perm = np.random.default_rng(2).permutation(300)
@@ -98,7 +100,7 @@ def test_out_of_order_batch_equals_sorted(name: str) -> None:
     assert a.target.cpu_millicores is not None and a.target.memory_bytes is not None
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", EVERY)
 def test_outputs_are_positive_and_ordered(name: str) -> None:
     rec = recommend(name, random_batch(4), random_batch(5, end=NOW + 300 * STEP))
     for field in ("cpu_millicores", "memory_bytes"):
@@ -106,7 +108,7 @@ def test_outputs_are_positive_and_ordered(name: str) -> None:
         assert 0 < low <= mid <= up
 
 
-@given(seeds=st.lists(st.integers(0, 10**6), min_size=1, max_size=3), name=st.sampled_from(STRATEGIES))
+@given(seeds=st.lists(st.integers(0, 10**6), min_size=1, max_size=3), name=st.sampled_from(EVERY))
 @settings(max_examples=40, deadline=None)
 def test_checkpoint_round_trip_gives_identical_recommendations(seeds: list[int], name: str) -> None:
     strategy = get_strategy(name)
