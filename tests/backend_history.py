@@ -54,7 +54,7 @@ def vpa_status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 
 def condition(status: Mapping[str, Any], ctype: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(c for c in status.get("conditions", []) if c["type"] == ctype)
+    found: dict[str, Any] = next(c for c in (status.get("conditions") or []) if c["type"] == ctype)
     return found
 
 

@@ -212,7 +212,7 @@ class Vpa:
 
         def established() -> bool:
             status = self.request("GET", f"{base}/{crd['metadata']['name']}").get("status") or {}
-            return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions", []))
+            return any(c["type"] == "Established" and c["status"] == "True" for c in (status.get("conditions") or []))
 
         wait_until("VPA's checkpoint CRD established", established, timeout_s=30, interval_s=0.1)
 

@@ -73,7 +73,7 @@ def vpa_status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 
 def condition(status: Mapping[str, Any], ctype: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions", []) if c["type"] == ctype)
+    return next(c for c in (status.get("conditions") or []) if c["type"] == ctype)
 
 
 def target(status: Mapping[str, Any], key: str = "target") -> tuple[int, int]:
