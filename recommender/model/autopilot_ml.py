@@ -31,7 +31,7 @@ from recommender.model.argmin_ensemble import HOUR_S, ArgminEnsemble, Chunk, Ens
 from recommender.model.common import DAY_S, MIB, StrategyBase, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme
 from recommender.model.peaks import SortedSamples, sort_samples, split_at
-from recommender.model.podtailor_state import Observed, throttle_corrected
+from recommender.model.podtailor_state import Observed, SeenSpan, throttle_corrected
 from recommender.model.policy import Estimate, LimitRule, ResourceEstimate, finalize, no_recommendation, with_floor
 from recommender.model.types import ContainerPolicy, ContainerState, OomKill, Recommendation, UsageBatch
 
@@ -106,7 +106,7 @@ class AutopilotMlParams:
                               peak_overrun=not cpu)
 
 
-class AutopilotMlState:
+class AutopilotMlState(SeenSpan):
     """Per container: the CPU and memory ensembles, the OOM bumps, the real observed history."""
 
     def __init__(self, params: AutopilotMlParams) -> None:
@@ -119,16 +119,6 @@ class AutopilotMlState:
         self.oom_bumps: list[tuple[float, float]] = []
         self.cpu_seen = Observed()
         self.memory_seen = Observed()
-
-    @property
-    def first_sample_s(self) -> float | None:
-        known = [t for t in (self.cpu_seen.first_s, self.memory_seen.first_s) if t is not None]
-        return min(known) if known else None
-
-    @property
-    def last_sample_s(self) -> float | None:
-        known = [t for t in (self.cpu_seen.last_s, self.memory_seen.last_s) if t is not None]
-        return max(known) if known else None
 
     def add(self, batch: UsageBatch) -> None:
         validate_batch(batch)

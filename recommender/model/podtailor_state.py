@@ -260,7 +260,25 @@ def throttle_corrected(cpu: Samples, throttled: Samples) -> FloatArray:
     return cpu.values * (1.0 + f)
 
 
-class PodtailorState:
+class SeenSpan:
+    """The first and last real sample over both resources, for a state that keeps ``cpu_seen`` and
+    ``memory_seen``."""
+
+    cpu_seen: Observed
+    memory_seen: Observed
+
+    @property
+    def first_sample_s(self) -> float | None:
+        known = [t for t in (self.cpu_seen.first_s, self.memory_seen.first_s) if t is not None]
+        return min(known) if known else None
+
+    @property
+    def last_sample_s(self) -> float | None:
+        known = [t for t in (self.cpu_seen.last_s, self.memory_seen.last_s) if t is not None]
+        return max(known) if known else None
+
+
+class PodtailorState(SeenSpan):
     """podtailor's per-container history."""
 
     def __init__(self, params: PodtailorParams) -> None:
@@ -310,16 +328,6 @@ class PodtailorState:
                                            prm.cpu_calibration_rate * self.pending_cpu_s / 3600.0,
                                            (prm.cpu_min_request_percentile, prm.cpu_request_percentile))
         self.pending_cpu, self.pending_cpu_s = [], 0.0
-
-    @property
-    def first_sample_s(self) -> float | None:
-        known = [t for t in (self.cpu_seen.first_s, self.memory_seen.first_s) if t is not None]
-        return min(known) if known else None
-
-    @property
-    def last_sample_s(self) -> float | None:
-        known = [t for t in (self.cpu_seen.last_s, self.memory_seen.last_s) if t is not None]
-        return max(known) if known else None
 
     def add(self, batch: UsageBatch) -> None:
         validate_batch(batch)
