@@ -142,7 +142,8 @@ def _in_flight(pod: PodView, target: WorkloadTarget, ctx: Context) -> Verdict | 
     return None
 
 
-def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Verdict | None:
+def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context,
+                boosted: Mapping[str, BoostRecord]) -> Verdict | None:
     if pod.deleting:
         return _skip(Reason.DELETING, "pod is being deleted")
     if pod.static:
@@ -150,7 +151,7 @@ def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Ve
                                         "recreates it from the manifest; left alone")
     if target is None:
         return _skip(Reason.NO_TARGET, f"no recommendation for {pod.workload_kind}/{pod.workload_name}")
-    if target.update_mode not in ACTED_MODES and not still_boosted(pod):  # a boost is taken back in any mode
+    if target.update_mode not in ACTED_MODES and not boosted:  # a boost is taken back in any mode
         return _skip(Reason.UPDATE_MODE, f"VPA {target.vpa_name} update mode {target.update_mode} is not acted on")
     why = not_covered(pod, ctx.policy)
     if why is not None:
@@ -159,7 +160,6 @@ def _pod_checks(pod: PodView, target: WorkloadTarget | None, ctx: Context) -> Ve
         return _skip(Reason.POOL_FROZEN, f"pool {pod.pool!r} frozen: {ctx.frozen[pod.pool]}")
     if pod.node not in ctx.nodes:
         return _skip(Reason.NODE_UNKNOWN, f"node {pod.node!r} is not in the snapshot")
-    boosted = still_boosted(pod)
     if boosted:
         return _boost_held(pod, target, ctx, boosted)
     return _in_flight(pod, target, ctx) or _pod_state(pod, ctx)
@@ -350,9 +350,10 @@ def judge(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal
 def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
     """The pod's decision, and the proposal it was based on (None when the pod was skipped before it)."""
     target = ctx.targets.get(workload_key(pod))
-    verdict = _pod_checks(pod, target, ctx)
+    boosted = still_boosted(pod)  # the boost annotation parsed once per decision
+    verdict = _pod_checks(pod, target, ctx, boosted)
     proposal: Proposal | None = None
-    if target is not None and verdict is None and still_boosted(pod):
+    if target is not None and verdict is None and boosted:
         proposal = propose(pod, target, ctx, no_decrease=False)
         verdict = _unboost(pod, target, ctx, proposal)
     elif target is not None and (verdict is None or verdict.action == Action.FALLBACK):
