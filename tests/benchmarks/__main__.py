@@ -10,17 +10,21 @@ from tests.benchmarks import (
     bench_kubelets,
     bench_nodesim,
     bench_recommender,
+    bench_report,
     bench_updater,
     bench_vpa,
+    scale_study,
 )
 
 
 def main() -> int:
     for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim), ("kubelets", bench_kubelets),
                          ("recommender", bench_recommender), ("updater", bench_updater), ("backtest", bench_backtest),
-                         ("vpa", bench_vpa)):
+                         ("vpa", bench_vpa), ("report", bench_report)):
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         module.main([])
+    print("benchmark scale (every training trace at 0.1x, 1x, 10x) ...", file=sys.stderr, flush=True)
+    scale_study.main(["--write"])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)
     return 0
 

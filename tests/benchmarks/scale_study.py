@@ -13,7 +13,9 @@ are read from ``../shared/traces/`` and the study says so when they are absent.
 given to every studied strategy that has those parameters.
 
 ``python -m tests.benchmarks.scale_study [--trace bitbrains-08 ...] [--series N] [--strategy NAME ...]
-[--set NAME.k=v ...]`` (a ``--set`` without ``NAME.`` applies to podtailor)
+[--set NAME.k=v ...] [--write]`` (a ``--set`` without ``NAME.`` applies to podtailor). ``--write`` (as
+``make bench`` runs it) puts the tables, per trace and scale with the goal lines and the drift against 1x,
+into the ``scale`` section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from recommender.backtest.runner import ORACLE, StrategySpec, run_series
 from recommender.backtest.trace import Series, TraceColumns, read_trace
 from recommender.model.common import GIB
 from recommender.model.registry import get_strategy
+from tests.benchmarks.results import machine_facts, write_section
 
 TRACES_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
 TRACES: dict[str, tuple[str, TraceColumns | None]] = {
@@ -95,6 +98,67 @@ def print_study(name: str, res: dict[str, Any], studied: list[str]) -> None:
                   f"{_fmt(g.get('memory_gap_closed'))} | {g.get('all_met')}")
 
 
+GOAL_OF = {"ooms_per_series_day": "ooms_not_above_baseline",
+           "cpu_over_request_min_per_day": "cpu_over_request_not_above_baseline",
+           "changes_per_series_day": "fewer_changes_than_baseline"}
+SLACK_GAP = {"cpu_slack_rel": "cpu_gap_closed", "memory_slack_rel": "memory_gap_closed"}
+SCALE_FREE_TOLERANCE = 0.05
+
+
+def drifts(res: dict[str, Any], strategy: str, scale: str) -> dict[str, float | None]:
+    """Each figure's change against the strategy's own 1x value (None where either is missing or 1x is 0)."""
+    base, here = res.get("1", {}).get(strategy, {}), res[scale][strategy]
+    return {k: None if not base.get(k) or here[k] is None else here[k] / base[k] - 1 for k in FIGURES}
+
+
+def markdown(results: dict[str, dict[str, Any]], studied: list[str], series: int | None, workers: int) -> str:
+    """The ``scale`` section of RESULTS.md: per studied strategy, one row per trace and scale, each cell
+    "strategy vs VPA", bold where that goal line holds; the drift against 1x (the scale-free test) and the
+    verdicts written out, so no average over traces stands in for a trace."""
+    which = "every series" if series is None else f"the first {series} series"
+    out = [machine_facts(), "",
+           f"`python -m tests.benchmarks.scale_study` ({which} of each training trace in `../shared/traces/`, "
+           f"{workers} workers): every container's usage and provisioned amounts multiplied by 0.1, 1 and 10; VPA, "
+           "the studied strategy and the oracle in one replay per trace and scale. The studied strategy gets floors "
+           "below the smallest scaled container (0.01m, 0.01 MiB, a 1-byte OOM bump); VPA runs as it is. Cells read "
+           "\"strategy vs VPA\", **bold** where the goal line of #18 item 4 holds: less slack (absolute, as the gap "
+           "closed counts it), no more OOMs and CPU minutes over the request, fewer changes. Gap closed = (VPA slack "
+           "- strategy slack) / (VPA slack - oracle slack); the goal is 0.5 for CPU (and memory, where the trace "
+           "has memory). Drift = the largest change of the five figures against the strategy's own 1x value; the "
+           f"scale-free test (#18 item 2) wants it within {SCALE_FREE_TOLERANCE:.0%}.", ""]
+    for strategy in studied:
+        out += [f"### {strategy}", "",
+                "| trace | scale | CPU slack rel | mem slack rel | OOM / series-day | CPU min > request / day | "
+                "changes / day | CPU gap closed | mem gap closed | largest drift vs 1x | every goal |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        met, free = [], []
+        for trace, res in results.items():
+            for scale, r in res.items():
+                p, v, g = r[strategy], r["vpa"], r["goals"][strategy] or {}
+                cells = []
+                for k in FIGURES:
+                    ok = (g.get(GOAL_OF[k]) if k in GOAL_OF
+                          else (g.get(SLACK_GAP[k]) or 0.0) > 0.0)
+                    text = f"{_fmt(p[k])} vs {_fmt(v[k])}"
+                    cells.append(f"**{text}**" if ok else text)
+                d = {k: x for k, x in drifts(res, strategy, scale).items() if x is not None}
+                worst = max(d, key=lambda k: abs(d[k]), default=None)
+                drift = "—" if scale == "1" or worst is None else f"{d[worst]:+.1%} ({worst})"
+                if scale != "1":
+                    free.append((trace, scale, worst is not None and abs(d[worst]) <= SCALE_FREE_TOLERANCE))
+                all_met = bool(g.get("all_met"))
+                met.append((trace, scale, all_met))
+                out.append(f"| {trace} | {scale}x | " + " | ".join(cells) + f" | {_fmt(g.get('cpu_gap_closed'))} | "
+                           f"{_fmt(g.get('memory_gap_closed'))} | {drift} | {'yes' if all_met else 'no'} |")
+        held = [f"{t} {s}x" for t, s, ok in met if ok]
+        free_ok = [f"{t} {s}x" for t, s, ok in free if ok]
+        out += ["", f"- Every goal line holds on {len(held)} of {len(met)} trace-scale cells"
+                    + (f" ({', '.join(held)})." if held else "."),
+                f"- Within {SCALE_FREE_TOLERANCE:.0%} of its 1x figures on {len(free_ok)} of {len(free)} scaled cells"
+                + (f" ({', '.join(free_ok)})." if free_ok else "."), ""]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", action="append", choices=sorted(TRACES), help="default: every trace")
@@ -107,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tiny-floors", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--write", action="store_true",
+                        help="write the tables into tests/benchmarks/RESULTS.md (section `scale`), as make bench does")
     args = parser.parse_args(argv)
     names = args.strategy or ["podtailor"]
     if "vpa" in names or len(set(names)) < len(names):
@@ -138,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         print_study(name, results[name], names)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.write and not results:
+        print("scale_study: no training trace found; RESULTS.md left as it was", file=sys.stderr)
+    elif args.write:
+        write_section("scale", "Backtest per training trace at three container sizes (#18 goal lines)",
+                      markdown(results, names, args.series, args.workers))
     return 0
 
 
