@@ -289,16 +289,30 @@ def _summary(name: str, members: Iterable[WorkloadReport]) -> GroupSummary:
                         cost=sum((w.cost for w in items), Cost()))
 
 
+def workload_reports(inv: Inventory, workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch],
+                     strategy: Strategy, cfg: BuildConfig, *,
+                     progress: Callable[[int], None] | None = None) -> list[WorkloadReport]:
+    """The reports of ``workloads`` (of ``inv``), in key order; ``progress(n)`` is called after each one. The
+    report command calls it once per group of namespaces, while the next group's history is read."""
+    out = []
+    for w in sorted(workloads, key=lambda w: w.key):
+        out.append(workload_report(w, inv, batches, strategy, cfg))
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def assemble(inv: Inventory, items: Iterable[WorkloadReport], cfg: BuildConfig) -> Report:
+    """The ``Report`` over ``items`` (one per workload, in any order): sorted by key, summed per namespace,
+    node pool and in total."""
+    ordered = tuple(sorted(items, key=lambda w: (w.namespace, w.kind, w.name)))
+    return Report(generated_s=cfg.now_s, start_s=cfg.start_s, end_s=cfg.end_s, strategy=cfg.strategy_name,
+                  settings=dict(cfg.settings), prices=cfg.prices.describe(), workloads=ordered,
+                  namespaces=_group(ordered, lambda w: w.namespace), pools=_group(ordered, lambda w: w.pool),
+                  total=_summary("total", ordered), warnings=inv.warnings, api_requests=inv.api_requests)
+
+
 def build_report(inv: Inventory, batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy, cfg: BuildConfig,
                  *, progress: Callable[[int], None] | None = None) -> Report:
     """The report over every workload of the inventory; ``progress(n)`` is called after each workload."""
-    workloads = []
-    for w in sorted(inv.workloads, key=lambda w: w.key):
-        workloads.append(workload_report(w, inv, batches, strategy, cfg))
-        if progress is not None:
-            progress(1)
-    items = tuple(workloads)
-    return Report(generated_s=cfg.now_s, start_s=cfg.start_s, end_s=cfg.end_s, strategy=cfg.strategy_name,
-                  settings=dict(cfg.settings), prices=cfg.prices.describe(), workloads=items,
-                  namespaces=_group(items, lambda w: w.namespace), pools=_group(items, lambda w: w.pool),
-                  total=_summary("total", items), warnings=inv.warnings, api_requests=inv.api_requests)
+    return assemble(inv, workload_reports(inv, inv.workloads, batches, strategy, cfg, progress=progress), cfg)

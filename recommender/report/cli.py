@@ -1,9 +1,11 @@
 """The ``report`` command: flags, wiring (API client, Prometheus source, strategy, prices), output, exit codes.
 
 Owns ``add_report_parser(subparsers)`` and ``run_report(args)``. The run is read-only: discovery lists
-workloads (``discovery``), one batched history read covers every namespace they are in (the recommender's
-``PrometheusSource``, so the request count does not grow with the number of workloads), the pure builder
-makes the ``Report``, and one printer writes it to stdout or ``--output-file``. A progress bar (rich) goes to
+workloads (``discovery``), batched history reads cover the namespaces they are in (the recommender's
+``PrometheusSource``, so the request count does not grow with the number of workloads: one read per group of
+namespaces, ``--read-groups``, the next group read while the pure builder recommends for the one before),
+the builder's pieces are assembled into one ``Report``, and one printer writes it to stdout or
+``--output-file``. A progress bar (rich) goes to
 stderr when stderr is a terminal; with a machine format nothing but the report reaches stdout.
 """
 
@@ -13,7 +15,9 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,11 +28,13 @@ from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags,
 from recommender.cli import add_prometheus_flags, add_risk_flag, build_strategy, history_plan, prometheus_config
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
 from recommender.report import render
-from recommender.report.types import KINDS, Report
+from recommender.report.types import KINDS, Report, Workload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 READ_LAG_S = 120.0
 """History ends this long before now, as in the recommender engine (the last scrape may be missing)."""
+READ_GROUPS = 3
+"""Namespace groups read one after another, each recommended for while the next is read (``--read-groups``)."""
 EPILOG = """\
 output formats (-o): table (default), json, yaml, csv, markdown, html. The JSON and YAML documents follow
 docs/report-schema.json (JSON Schema draft 2020-12) and carry schemaVersion "podtailor.io/report/v1".
@@ -81,9 +87,44 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "kubernetes.azure.com/agentpool, podtailor.io/node-pool)")
     g.add_argument("--change-threshold", type=float, default=0.10, metavar="FRACTION",
                    help="the updater skips smaller request changes (default: 0.10, its default)")
+    g.add_argument("--read-groups", type=_groups, default=READ_GROUPS, metavar="N",
+                   help="read the namespaces' history in N groups and recommend for one group while the next is "
+                        "read (Prometheus and the model then work at the same time); each group costs one more "
+                        "handful of Prometheus requests, still none per workload; 1 reads everything at once "
+                        "(default: %(default)s)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_logging_flags(g, level="warning")
     return p
+
+
+def _groups(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"must be in [1, 64], got {n}")
+    return n
+
+
+def namespace_groups(workloads: Iterable[Workload], groups: int) -> list[tuple[str, ...]]:
+    """The workloads' namespaces, sorted, cut into at most ``groups`` runs of about equal numbers of workloads
+    (a namespace is never split: its history is read in one piece). Fewer runs when there are fewer
+    namespaces; none for no workloads."""
+    per_ns = Counter(w.namespace for w in workloads)
+    names = sorted(per_ns)
+    total, seen = sum(per_ns.values()), 0
+    out: list[tuple[str, ...]] = []
+    run: list[str] = []
+    for ns in names:
+        run.append(ns)
+        seen += per_ns[ns]
+        if seen * groups >= total * (len(out) + 1) and len(out) < groups - 1:
+            out.append(tuple(run))
+            run = []
+    if run:
+        out.append(tuple(run))
+    return out
 
 
 def _render(report: Report, fmt: str) -> str:
@@ -182,7 +223,7 @@ def run_report(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
              progress: _Progress) -> tuple[int, Report | None]:
     from podtailor.kube.errors import KubeError
-    from recommender.report.build import BuildConfig, build_report
+    from recommender.report.build import BuildConfig, assemble, workload_reports
     from recommender.report.discovery import Discovery, Filters
     from recommender.sources.errors import SourceError
     from recommender.sources.prometheus import PrometheusSource
@@ -203,21 +244,38 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
     end = now - READ_LAG_S
     start = end - args.history
     source = PrometheusSource(prom, registry=CollectorRegistry(), plan=history_plan(args, strategy))
-    progress.stage(f"reading usage history of {len(inventory.workloads)} workloads", total=None)
-    try:
-        batches = source.history(sorted({w.namespace for w in inventory.workloads}), start, end)
-    except SourceError as err:
-        print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
-        return EXIT_FAILED, None
-    finally:
-        source.close()
-    progress.stage("recommending", total=len(inventory.workloads))
     cfg = BuildConfig(now_s=now, start_s=start, end_s=end, strategy_name=args.strategy, prices=prices,
                       change_threshold=args.change_threshold, settings=_settings(args))
-    report = build_report(inventory, batches, strategy, cfg, progress=progress.advance)
+    groups = namespace_groups(inventory.workloads, args.read_groups)
+    progress.stage(f"reading usage history and recommending for {len(inventory.workloads)} workloads",
+                   total=len(inventory.workloads))
+    items: list[Any] = []
+    # One thread reads group i + 1 while this one recommends for group i: Prometheus and the model work at
+    # the same time. Reads stay one after another (one source, one pass at a time), and a failed read of
+    # any group fails the report, as a failed single read does: nothing half-read is printed.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-read") as reader:
+        def read(names: tuple[str, ...]) -> Future[Any]:
+            return reader.submit(source.history, names, start, end)
+
+        pending = read(groups[0])
+        try:
+            for i, names in enumerate(groups):
+                batches = pending.result()
+                if i + 1 < len(groups):
+                    pending = read(groups[i + 1])
+                inside = set(names)
+                items += workload_reports(inventory, (w for w in inventory.workloads if w.namespace in inside),
+                                          batches, strategy, cfg, progress=progress.advance)
+        except SourceError as err:
+            print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
+            return EXIT_FAILED, None
+        finally:
+            pending.cancel()
+            reader.shutdown(wait=True)
+            source.close()
     from dataclasses import replace
 
-    report = replace(report, prometheus_requests=source.request_count)
+    report = replace(assemble(inventory, items, cfg), prometheus_requests=source.request_count)
     if not any(c.usage is not None for w in report.workloads for c in w.containers):
         print(f"error: empty result: Prometheus at {prom.base_url} has no usage history for any of the "
               f"{len(report.workloads)} workloads in the window (wrong --cluster-label/--cluster-value, or "

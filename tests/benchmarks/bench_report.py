@@ -75,7 +75,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(key=HISTORY, short="the report's read", read=source_read("podtailor", requests_in_flight=None),
             label="usage history as the report reads it (the podtailor plan: 3 days at the step, hourly summaries "
                   "before; CPU, working set and CFS counters by remote read; queries in flight sized to the "
-                  "server)"),
+                  "server; every namespace in one read, where the report reads them in groups)"),
     Variant(key="promql", short="PromQL", read=source_read("podtailor", requests_in_flight=None, read_api="promql"),
             relative_to=HISTORY, same_as=HISTORY,
             label="the same read through range queries (`read_api` promql, the path for Thanos and VictoriaMetrics)"),
@@ -321,8 +321,10 @@ def table(facts: str, size: Size, create_s: float, backfill_s: float,
         f"{len(doc['workloads'])} workloads had history in the report; {staged[0]['throttled_containers']} "
         "containers were throttled at some step.", "",
         f"Requests per report: **{doc['requests']['prometheus']} to Prometheus** (1 runtimeinfo page, 1 remote-read "
-        "probe, 1 series; per namespace batch 3 owner queries and 1 for containers with OOM kills; per batch and "
-        "time chunk 4 remote reads, and 3 range queries for hourly summaries of older history; none per workload; "
+        "probe; per group of namespaces (the report reads its namespaces in `--read-groups` groups, 3 by default, "
+        "and recommends for one while the next is read) 1 series; per namespace batch 3 owner queries and 1 for "
+        "containers with OOM kills; per batch and time chunk 4 remote reads, and 3 range queries for hourly "
+        "summaries of older history; none per workload; "
         f"KRR's measured formula 6 + 7 N gives {6 + 7 * size.workloads}; the KRR-shaped floor sends only its {krr} "
         f"= 7 N per-workload queries) and **{doc['requests']['kubernetes']} to the API server** (one list per kind). "
         f"Every history read below ran once per repeat ({len(staged)} repeats), in an order rotated from one "

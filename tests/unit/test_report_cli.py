@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from recommender.report.cli import EPILOG, EXIT_FAILED, EXIT_USAGE, add_report_parser, run_report
+from recommender.report.types import Inventory
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -85,3 +87,92 @@ def test_risk_flag_sets_podtailors_risk_in_report_and_run(tmp_path: Path, capsys
             parse("--prometheus-url", "http://p", "--risk", bad)
         assert exit_info.value.code == 2
         assert "want a number in [0.05, 20]" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ history read in namespace groups (#22)
+def test_namespace_groups_are_sorted_whole_namespaces_of_about_equal_size() -> None:
+    from recommender.report.cli import namespace_groups
+    from tests.builders.report import cur, spec, workload
+
+    c = (spec("app", cur(100, 64 * 2**20)),)
+    sizes = (("b", 3), ("a", 3), ("c", 2), ("d", 1), ("e", 3))
+    fleet = [workload(ns, f"w{i}", c) for ns, n in sizes for i in range(n)]
+    groups = namespace_groups(fleet, 3)
+    # cut where the running count first reaches a third, two thirds (4, 8 of 12): 6, 2, 4 workloads, and a
+    # namespace is never cut
+    assert groups == [("a", "b"), ("c",), ("d", "e")]
+    assert namespace_groups(fleet, 1) == [("a", "b", "c", "d", "e")]
+    assert namespace_groups(fleet, 64) == [("a",), ("b",), ("c",), ("d",), ("e",)]
+    assert namespace_groups([], 3) == []
+    with pytest.raises(SystemExit):
+        parse("--prometheus-url", "http://p", "--read-groups", "0")
+
+
+class _Source:
+    """A stand-in for ``PrometheusSource``: answers each namespace group from ``batches``, records the groups
+    asked, and fails the ``fail_on``-th read."""
+
+    calls: ClassVar[list[tuple[str, ...]]] = []
+    fail_on: ClassVar[int | None] = None
+    batches: ClassVar[dict[Any, Any]] = {}
+
+    def __init__(self, *_: object, **__: object) -> None:
+        self.request_count = 0
+
+    def history(self, namespaces: tuple[str, ...], start_s: float, end_s: float) -> dict[Any, Any]:
+        from recommender.sources.errors import TemporarySourceError
+
+        type(self).calls.append(tuple(namespaces))
+        self.request_count += 1
+        if len(type(self).calls) == type(self).fail_on:
+            raise TemporarySourceError("connection refused", endpoint="read")
+        return {k: b for k, b in type(self).batches.items() if k.namespace in namespaces}
+
+    def close(self) -> None:
+        pass
+
+
+def _fleet(monkeypatch: pytest.MonkeyPatch, fail_on: int | None) -> Any:
+    from recommender.report import discovery
+    from recommender.sources import prometheus
+    from tests.builders.report import batch, cur, key, spec, workload
+
+    c = (spec("app", cur(500, 256 * 2**20)),)
+    fleet = tuple(workload(f"ns{n}", f"w{i}", c) for n in range(5) for i in range(3))
+    inv = Inventory(workloads=fleet)
+    batches = {key(w, "app"): batch(0.1 + 0.05 * i, (100 + 10 * i) * 2**20) for i, w in enumerate(fleet)}
+    monkeypatch.setattr(discovery.Discovery, "read", lambda self, filters, progress=None: inv)
+    monkeypatch.setattr(prometheus, "PrometheusSource", _Source)
+    monkeypatch.setattr(_Source, "calls", [])
+    monkeypatch.setattr(_Source, "fail_on", fail_on)
+    monkeypatch.setattr(_Source, "batches", batches)
+    return inv, batches
+
+
+def test_groups_read_one_after_another_give_the_report_of_one_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    _fleet(monkeypatch, fail_on=None)
+    docs = {}
+    for groups in ("1", "3"):
+        out = tmp_path / f"r{groups}.json"
+        args = parse("--kubeconfig", str(kubeconfig(tmp_path)), "--prometheus-url", "http://p", "-o", "json",
+                     "--output-file", str(out), "--no-progress", "--read-groups", groups)
+        assert run_report(args) == 0
+        docs[groups] = json.loads(out.read_text())
+    assert _Source.calls == [("ns0", "ns1", "ns2", "ns3", "ns4"), ("ns0", "ns1"), ("ns2", "ns3"), ("ns4",)]
+    assert len(docs["3"]["workloads"]) == 15
+    assert docs["1"]["workloads"] == docs["3"]["workloads"] and docs["1"]["summary"] == docs["3"]["summary"]
+    assert docs["3"]["requests"]["prometheus"] == 3  # the source's count over the three reads
+
+
+def test_a_failed_read_of_a_later_group_prints_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    _fleet(monkeypatch, fail_on=2)
+    out = tmp_path / "r.json"
+    args = parse("--kubeconfig", str(kubeconfig(tmp_path)), "--prometheus-url", "http://p", "-o", "json",
+                 "--output-file", str(out), "--no-progress")
+    assert run_report(args) == EXIT_FAILED
+    assert not out.exists() and capsys.readouterr().out == ""
+    assert len(_Source.calls) == 2  # the third group is never asked for after the second failed
