@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from podtailor.units import parse_quantity
 from tests.conformance.backends import NodeBackend, container, pod_manifest
 from tests.waiting import eventually
 
@@ -47,13 +48,26 @@ def condition(pod: client.V1Pod, ctype: str) -> client.V1PodCondition | None:
     return next((c for c in pod.status.conditions or [] if c.type == ctype), None)
 
 
+def _allocated_as_spec(pod: client.V1Pod) -> bool:
+    """Every container's allocated amounts are the requests its spec asks for (compared as quantities)."""
+    statuses = {s.name: s for s in pod.status.container_statuses or ()}
+    for c in pod.spec.containers:
+        asked = (c.resources.requests if c.resources else None) or {}
+        got = dict(statuses[c.name].allocated_resources or {}) if c.name in statuses else {}
+        if any(k not in got or parse_quantity(got[k]) != parse_quantity(v) for k, v in asked.items()):
+            return False
+    return True
+
+
 def settled(core: client.CoreV1Api, ns: str, name: str, generation: int) -> client.V1Pod | None:
-    """The pod once the kubelet has observed ``generation``, shows no resize condition, and reports as running
-    what it allocated. The last clause matters on a real kubelet: its status writes are batched, and CI once
-    read a pod with neither condition whose containers' status still showed the requests from before."""
+    """The pod once the kubelet has observed ``generation``, shows no resize condition, has allocated what the
+    spec asks and reports as running what it allocated. The last two clauses matter on a real kubelet: its
+    status writes are batched. CI once read a pod with neither condition whose containers' status still showed
+    the requests from before, and a loaded run (two suites at once) read a Deferred pod, retried when capacity
+    freed, with its Deferred condition gone and both allocation and status still at the old requests."""
     pod = core.read_namespaced_pod(name, ns)
     done = (pod.status.observed_generation or 0) >= generation and not any(
-        condition(pod, t) for t in ("PodResizePending", "PodResizeInProgress")) and all(
+        condition(pod, t) for t in ("PodResizePending", "PodResizeInProgress")) and _allocated_as_spec(pod) and all(
         dict(s.allocated_resources or {}) == dict((s.resources.requests if s.resources else None) or {})
         for s in pod.status.container_statuses or ())
     return pod if done else None
