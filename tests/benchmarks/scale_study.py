@@ -83,16 +83,22 @@ def _fmt(v: Any) -> str:
     return "n/a" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def drifts(res: dict[str, Any], strategy: str, scale: str) -> dict[str, float | None]:
+    """Each figure's change against the strategy's own 1x value (None where either is missing or 1x is 0)."""
+    base, here = res.get("1", {}).get(strategy, {}), res[scale][strategy]
+    return {k: None if not base.get(k) or here[k] is None else here[k] / base[k] - 1 for k in FIGURES}
+
+
 def print_study(name: str, res: dict[str, Any], studied: list[str]) -> None:
     print(f"\n{name}")
     print("strategy | scale | " + " | ".join(FIGURES) + " | cpu gap | mem gap | goals met")
     for strategy in studied:
-        base = res.get("1", {}).get(strategy, {})
         for scale, r in res.items():
             p, v, g = r[strategy], r["vpa"], r["goals"][strategy] or {}
+            d = drifts(res, strategy, scale)
             cells = []
             for k in FIGURES:
-                drift = "" if not base.get(k) or p[k] is None else f" ({p[k] / base[k] - 1:+.1%})"
+                drift = "" if d[k] is None else f" ({d[k]:+.1%})"
                 cells.append(f"{_fmt(p[k])}{drift} vs {_fmt(v[k])}")
             print(f"{strategy} | {scale} | " + " | ".join(cells) + f" | {_fmt(g.get('cpu_gap_closed'))} | "
                   f"{_fmt(g.get('memory_gap_closed'))} | {g.get('all_met')}")
@@ -103,12 +109,6 @@ GOAL_OF = {"ooms_per_series_day": "ooms_not_above_baseline",
            "changes_per_series_day": "fewer_changes_than_baseline"}
 SLACK_GAP = {"cpu_slack_rel": "cpu_gap_closed", "memory_slack_rel": "memory_gap_closed"}
 SCALE_FREE_TOLERANCE = 0.05
-
-
-def drifts(res: dict[str, Any], strategy: str, scale: str) -> dict[str, float | None]:
-    """Each figure's change against the strategy's own 1x value (None where either is missing or 1x is 0)."""
-    base, here = res.get("1", {}).get(strategy, {}), res[scale][strategy]
-    return {k: None if not base.get(k) or here[k] is None else here[k] / base[k] - 1 for k in FIGURES}
 
 
 def markdown(results: dict[str, dict[str, Any]], studied: list[str], series: int | None, workers: int) -> str:
