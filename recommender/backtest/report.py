@@ -1,16 +1,17 @@
 """Output of a backtest: the goal check against VPA and the oracle, a rich table, JSON and a PNG.
 
 Owns the presentation and the goal arithmetic. Gap closed = (VPA slack - strategy slack) / (VPA slack - oracle
-slack), absolute slack, per resource; the default strategy's goals are: gap closed >= 0.5 for CPU and memory,
-OOM-equivalents <= VPA's, CPU minutes over the request <= VPA's, and changes < VPA's. When the run has the
+slack), absolute slack, per resource; the default strategy's goals (#18 item 4) are: CPU gap closed >= 0.5, less
+memory slack than VPA (memory gap closed > 0), OOM-equivalents, CPU minutes over the request and changes each <=
+VPA's (``all_met``). The ambition beyond them (a quarter of the memory gap; at most Autopilot's 23 % relative
+memory slack, meant for smooth job memory) is reported as ``ambition_*``, outside ``all_met``. When the run has the
 budgeted oracle (``oracle-budget``: knows the future, VPA's changes and CPU time over the request), its own gap
 closed says whether half the gap is reachable at all at VPA's change rate by a block oracle (``*_reachable``);
 those entries describe the target, not the strategy, and do not enter ``all_met``. Reference rows are marked
-"(reference)" in the tables. Google Autopilot's
-published memory figures (23 % relative slack, over 99.5 % OOM-free job-days; Rzadca et al., EuroSys 2020) are
-printed beside ours as the anchor. The PNG (matplotlib, Agg backend, imported only when asked for) plots relative
-slack against the OOM-equivalents per series-day (memory) and against CPU minutes over the request (CPU), one
-point per strategy per subset.
+"(reference)" in the tables. Google Autopilot's published memory figures (23 % relative slack, over 99.5 % OOM-free
+job-days; Rzadca et al., EuroSys 2020) are printed beside ours as the anchor. The PNG (matplotlib, Agg backend,
+imported only when asked for) plots relative slack against the OOM-equivalents per series-day (memory) and against
+CPU minutes over the request (CPU), one point per strategy per subset.
 """
 
 from __future__ import annotations
@@ -54,13 +55,16 @@ def goals(by_name: dict[str, Metrics], name: str, baseline: str = "vpa") -> dict
     checks = {
         "cpu_gap_closed": cpu_gap, "memory_gap_closed": mem_gap,
         "cpu_gap_at_least_half": cpu_gap is not None and cpu_gap >= 0.5,
-        "memory_gap_at_least_half": mem_gap is None or mem_gap >= 0.5,
+        "less_memory_slack": mem_gap is None or mem_gap > 0.0,
         "ooms_not_above_baseline": (m.ooms_per_series_day or 0.0) <= (b.ooms_per_series_day or 0.0),
         "cpu_over_request_not_above_baseline": m.cpu_over_request_min_per_day <= b.cpu_over_request_min_per_day,
-        "fewer_changes_than_baseline": m.changes_per_series_day < b.changes_per_series_day,
+        "changes_not_above_baseline": m.changes_per_series_day <= b.changes_per_series_day,
     }
     checks["all_met"] = all(v for k, v in checks.items() if isinstance(v, bool))
-    return {"strategy": name, "baseline": baseline, **checks, **reachability(by_name, baseline)}
+    ambition = {"ambition_memory_gap_at_least_quarter": mem_gap is None or mem_gap >= 0.25,
+                "ambition_memory_slack_rel_at_most_autopilot": (
+                    m.memory_slack_rel is None or m.memory_slack_rel <= AUTOPILOT["memory_slack_rel"])}
+    return {"strategy": name, "baseline": baseline, **checks, **ambition, **reachability(by_name, baseline)}
 
 
 def reachability(by_name: dict[str, Metrics], baseline: str = "vpa") -> dict[str, Any]:

@@ -106,7 +106,7 @@ def print_study(name: str, res: dict[str, Any], studied: list[str]) -> None:
 
 GOAL_OF = {"ooms_per_series_day": "ooms_not_above_baseline",
            "cpu_over_request_min_per_day": "cpu_over_request_not_above_baseline",
-           "changes_per_series_day": "fewer_changes_than_baseline"}
+           "changes_per_series_day": "changes_not_above_baseline"}
 SLACK_GAP = {"cpu_slack_rel": "cpu_gap_closed", "memory_slack_rel": "memory_gap_closed"}
 SCALE_FREE_TOLERANCE = 0.05
 
@@ -122,9 +122,9 @@ def markdown(results: dict[str, dict[str, Any]], studied: list[str], series: int
            "the studied strategy and the oracle in one replay per trace and scale. The studied strategy gets floors "
            "below the smallest scaled container (0.01m, 0.01 MiB, a 1-byte OOM bump); VPA runs as it is. Cells read "
            "\"strategy vs VPA\", **bold** where the goal line of #18 item 4 holds: less slack (absolute, as the gap "
-           "closed counts it), no more OOMs and CPU minutes over the request, fewer changes. Gap closed = (VPA slack "
-           "- strategy slack) / (VPA slack - oracle slack); the goal is 0.5 for CPU (and memory, where the trace "
-           "has memory). Drift = the largest change of the five figures against the strategy's own 1x value; the "
+           "closed counts it), no more OOMs, CPU minutes over the request and changes. Gap closed = (VPA slack "
+           "- strategy slack) / (VPA slack - oracle slack); \"every goal\" also wants half the CPU gap closed. "
+           "Beyond the goal (the issue's ambition, not in \"every goal\"): a quarter of the memory gap. Drift = the largest change of the five figures against the strategy's own 1x value; the "
            f"scale-free test (#18 item 2) wants it within {SCALE_FREE_TOLERANCE:.0%}.", ""]
     for strategy in studied:
         out += [f"### {strategy}", "",

@@ -142,6 +142,21 @@ def test_goals_state_whether_the_budgeted_oracle_reaches_half_the_gap() -> None:
     assert g is not None and "half_cpu_gap_reachable" not in g
 
 
+def test_goals_are_the_lines_of_issue_18_item_4_and_the_ambition_stays_outside() -> None:
+    vpa, oracle = _m(0.5, 2.3, 0.14, 30.0, 1.3), _m(0.1, 0.3)
+    # half the CPU gap, a tenth of the memory gap, and OOMs, minutes and changes equal to VPA's: every goal holds
+    at = {"vpa": vpa, "oracle": oracle, "podtailor": _m(0.3, 2.1, 0.14, 30.0, 1.3)}
+    g = goals(at, "podtailor")
+    assert g is not None and g["all_met"] is True and g["less_memory_slack"] is True
+    assert g["memory_gap_closed"] == pytest.approx(0.1)
+    assert g["ambition_memory_gap_at_least_quarter"] is False
+    # each line on its own breaks it
+    for worse in (_m(0.31, 2.1, 0.14, 30.0, 1.3), _m(0.3, 2.3, 0.14, 30.0, 1.3), _m(0.3, 2.1, 0.15, 30.0, 1.3),
+                  _m(0.3, 2.1, 0.14, 30.1, 1.3), _m(0.3, 2.1, 0.14, 30.0, 1.31)):
+        g = goals({**at, "podtailor": worse}, "podtailor")
+        assert g is not None and g["all_met"] is False, worse
+
+
 def test_an_equal_share_per_block_wastes_the_seconds_the_price_split_spends() -> None:
     # The series' burst is 900 s in block 0; VPA's 900 s over 172,800 scored seconds is a 0.52% share, i.e. 450 s
     # per 24 h block: neither block may drop under the equal split, so block 0 keeps the burst's 1.0 core.
