@@ -124,7 +124,8 @@ def markdown(results: dict[str, dict[str, Any]], studied: list[str], series: int
            "\"strategy vs VPA\", **bold** where the goal line of #18 item 4 holds: less slack (absolute, as the gap "
            "closed counts it), no more OOMs, CPU minutes over the request and changes. Gap closed = (VPA slack "
            "- strategy slack) / (VPA slack - oracle slack); \"every goal\" also wants half the CPU gap closed. "
-           "Beyond the goal (the issue's ambition, not in \"every goal\"): a quarter of the memory gap. Drift = the largest change of the five figures against the strategy's own 1x value; the "
+           "Beyond the goal (the issue's ambition, not in \"every goal\"): a quarter of the memory gap. Drift = "
+           "the largest change of the five figures against the strategy's own 1x value; the "
            f"scale-free test (#18 item 2) wants it within {SCALE_FREE_TOLERANCE:.0%}.", ""]
     for strategy in studied:
         out += [f"### {strategy}", "",
