@@ -16,7 +16,8 @@ def _figures(cpu: float, mem: float, oom: float, over: float, changes: float) ->
 
 def _row(p: dict[str, float], v: dict[str, float], gaps: tuple[float, float], **checks: bool) -> dict[str, Any]:
     g = {"cpu_gap_closed": gaps[0], "memory_gap_closed": gaps[1], "ooms_not_above_baseline": True,
-         "cpu_over_request_not_above_baseline": True, "changes_not_above_baseline": True, **checks}
+         "cpu_over_request_not_above_baseline": True, "changes_not_above_baseline": True,
+         "budget_oracle_cpu_gap_closed": 0.7, "budget_oracle_memory_gap_closed": 0.4, **checks}
     g["all_met"] = gaps[0] >= 0.5 and gaps[1] > 0 and all(
         g[k] for k in ("ooms_not_above_baseline", "cpu_over_request_not_above_baseline", "changes_not_above_baseline"))
     return {"podtailor": p, "vpa": v, "goals": {"podtailor": g}}
@@ -32,7 +33,7 @@ def test_markdown_marks_each_goal_line_and_the_drift_per_trace_and_scale() -> No
     text = scale_study.markdown(res, ["podtailor"], series=40, workers=1)
     lines = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| t1 |")}
     assert set(lines) == {"0.1x", "1x", "10x"}
-    assert lines["1x"].endswith("| — | yes |")
+    assert lines["1x"].endswith("| 0.700 / 0.400 | — | yes |")
     assert "**0.700 vs 0.800**" in lines["1x"] and "**0.050 vs 0.100**" in lines["1x"]
     # at 10x the memory slack is above VPA's (gap closed < 0) and the OOMs too: neither is bold, no goal
     assert "| 0.900 vs 0.800 |" in lines["10x"] and "| 0.200 vs 0.100 |" in lines["10x"]
