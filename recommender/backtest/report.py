@@ -27,7 +27,8 @@ from recommender.backtest.runner import ORACLE, ORACLE_BUDGET, REFERENCES, SUBSE
 from recommender.backtest.scoring import Metrics
 
 SCHEMA = "podtailor.backtest/v1"
-AUTOPILOT = {"memory_slack_rel": 0.23, "oom_free_days": 0.995,
+AUTOPILOT_MEMORY_SLACK_REL = 0.23
+AUTOPILOT: dict[str, Any] = {"memory_slack_rel": AUTOPILOT_MEMORY_SLACK_REL, "oom_free_days": 0.995,
              "source": "Rzadca et al., Autopilot, EuroSys 2020: ML recommender, memory, job-days"}
 COLUMNS = (("series", "series", "{:d}"), ("series_days", "series-days", "{:d}"),
            ("cpu_slack_cores", "CPU slack cores", "{:.4f}"), ("cpu_slack_rel", "CPU slack rel", "{:.1%}"),
@@ -63,7 +64,7 @@ def goals(by_name: dict[str, Metrics], name: str, baseline: str = "vpa") -> dict
     checks["all_met"] = all(v for k, v in checks.items() if isinstance(v, bool))
     ambition = {"ambition_memory_gap_at_least_quarter": mem_gap is None or mem_gap >= 0.25,
                 "ambition_memory_slack_rel_at_most_autopilot": (
-                    m.memory_slack_rel is None or m.memory_slack_rel <= AUTOPILOT["memory_slack_rel"])}
+                    m.memory_slack_rel is None or m.memory_slack_rel <= AUTOPILOT_MEMORY_SLACK_REL)}
     return {"strategy": name, "baseline": baseline, **checks, **ambition, **reachability(by_name, baseline)}
 
 
