@@ -4,8 +4,10 @@ Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``. Confidence c (
 min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
 counts in full. CPU: request = max(slow pL, fast pF) x (1 + margin) over throttling-corrected samples
 (rises within hours, falls at the 12h half-life pace). The slow histogram's level L is priced: the level that
-minimises provisioned cores plus ``cpu_over_request_cost_cores`` x the share of time above it
-(``histogram.cost_share_of``; bursty containers get low percentiles, flat ones high ones), between
+minimises provisioned cores plus a price x the share of time above it (``histogram.cost_share_of``; bursty
+containers get low percentiles, flat ones high ones); the price is per container,
+``cpu_over_request_cost_ratio`` x its own p95 (with the ratio at 0, ``cpu_over_request_cost_cores`` for the
+whole fleet), between
 ``cpu_min_request_percentile`` and ``cpu_max_request_percentile``; both prices (CPU and OOM) are divided by
 the risk setting ``risk`` (1 by default). The fast histogram's F is p85
 (``cpu_request_percentile``; with ``cpu_over_request_budget`` > 0 calibrated per container to a budget of
@@ -14,9 +16,11 @@ bounds p50/p95 x
 margin x VPA's confidence multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least
 request x ``cpu_limit_min_ratio``).
 Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the
-hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM
-(``memory_oom_cost_gib_hours``) x the share of hours above it (``peaks.cost_level``): the max for small
-containers, below rare top hours for large ones. Autopilot's classes remain (p98 of peaks, max peak over
+hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM x the
+share of hours above it (``peaks.cost_level``): the max for steady containers, below rare top hours for spiky
+ones. The price is per container, ``memory_oom_cost_peak_hours`` x its own largest peak in the window (with it
+at 0, ``memory_oom_cost_gib_hours`` for the whole fleet), so the choice does not depend on the size (#18).
+Autopilot's classes remain (p98 of peaks, max peak over
 8 days, or max(p60, 0.5 max)). The target is floored by recent OOM bumps capped at maxAllowed (the bump never
 enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
 (c below ``thin_history_days``) a request is never lowered below the current one. Resizes: a resource

@@ -60,10 +60,11 @@ class PodtailorParams:
     one's is priced); with ``cpu_over_request_budget`` > 0 it is the start and the ceiling of the calibrated
     percentile."""
     cpu_over_request_cost_cores: float = 1.0
-    """Price of CPU time over the request, in cores per unit share of time (0 disables). The slow histogram's
-    percentile is the level b that minimises b x (1 + ``cpu_margin_fraction``) + this x (the decayed share of
-    samples above b) (``histogram.cost_share_of``), between ``cpu_min_request_percentile`` and
-    ``cpu_max_request_percentile``: the CPU analogue of
+    """Price of CPU time over the request, in cores per unit share of time, used only with
+    ``cpu_over_request_cost_ratio`` 0 (both 0 disables the cost level; it was the default before #18). The
+    slow histogram's percentile is the level b that minimises b x (1 + ``cpu_margin_fraction``) + this x
+    (the decayed share of samples above b) (``histogram.cost_share_of``), between
+    ``cpu_min_request_percentile`` and ``cpu_max_request_percentile``: the CPU analogue of
     ``memory_oom_cost_gib_hours``. One fleet-wide price spends time over the request where it saves the most
     cores: a bursty container (a long thin tail) gets a low percentile, a flat one a high one, up to the cap.
     Leaving a share s uncovered must save more than 1 core x s / 1.1, e.g. 1% of the time for 9 millicores.
@@ -71,11 +72,16 @@ class PodtailorParams:
     request still rises within hours when usage grows. Odd-series backtest (RESULTS.md, hand analysis): 1 core
     closes 52% of the CPU gap with 22.1 min/day over the request (VPA 29.6) and fewer changes than VPA; 0.4
     to 1.5 cores give 26 to 20 min/day at nearly the same slack."""
-    cpu_over_request_cost_ratio: float = 0.0
+    cpu_over_request_cost_ratio: float = 2.0
     """The same price per container, in units of its own size: this x the slow histogram's
-    ``cpu_upper_percentile`` level (its p95), in place of ``cpu_over_request_cost_cores`` when > 0. Time over
-    the request hurts an application whatever its size, so the choice of level relative to the container's
-    size does not depend on that size."""
+    ``cpu_upper_percentile`` level (its p95), in place of ``cpu_over_request_cost_cores`` when > 0 (the
+    default; 0 falls back to the fleet-wide price in cores). Time over the request hurts an application
+    whatever its size, so the choice of level relative to the container's size does not depend on that size
+    (issue #18: the absolute price, fitted on 1-64 GiB VMs, gave other policies to the same workload at other
+    sizes). 2 with ``memory_oom_cost_peak_hours`` 24 at risk 1: leave-one-trace-out over the three training
+    traces (RESULTS.md, "Frontier of the per-container prices"): in every fold, risk 1 is the largest of
+    0.25..4 whose OOMs, CPU minutes over the request and changes stay at or below VPA's on both other traces,
+    and it stays there on the left-out one too."""
     cpu_over_request_budget: float = 0.0
     """Share of its time a container may spend using more CPU than its request (0 disables; 0.002 was the
     default before the cost level, which beat it on every set). The request percentile is calibrated online
@@ -122,15 +128,20 @@ class PodtailorParams:
     "minimal" = max peak over ``memory_max_window_s`` (Autopilot's default for small jobs), "intermediate" =
     max(p60, 0.5 x max)."""
     memory_oom_cost_gib_hours: float = 100.0
-    """Price of one OOM kill in GiB-hours of provisioned memory (the "cost" class). Leaving the top k of n
+    """Price of one OOM kill in GiB-hours of provisioned memory (the "cost" class), used only with
+    ``memory_oom_cost_peak_hours`` 0 (the default before #18). Leaving the top k of n
     hourly peaks uncovered costs this x k / n per hour, at least 100 / 193 = 0.52 GiB over an 8-day window, so
     a container whose peaks stay below 0.52 / 1.15 = 0.45 GiB always gets its max; a 64 GiB one whose peak
     hour occurred once in 8 days is sized below it when that saves more than 0.52 GiB. Chosen on the odd
     series of the Bitbrains backtest (RESULTS.md, hand analysis): 100 is below VPA's memory slack and OOM
     rate there, 200 keeps fewer OOMs but more slack than VPA."""
-    memory_oom_cost_peak_hours: float = 0.0
+    memory_oom_cost_peak_hours: float = 24.0
     """The same price per container, in hours of its own largest peak in the window, in place of
-    ``memory_oom_cost_gib_hours`` when > 0: an OOM kill costs the application the same whatever its size."""
+    ``memory_oom_cost_gib_hours`` when > 0 (the default; 0 falls back to the fleet-wide price): an OOM kill
+    costs the application the same whatever its size. Leaving the top k of n hourly peaks uncovered costs
+    24 x max x k / n, so over an 8-day window (193 hours) a level b below the max is taken only when max - b
+    exceeds k x 10.8% of the max (24 / 193 / 1.15): a container with one rare tall hour is sized below it, a
+    steady one gets its max. Chosen with ``cpu_over_request_cost_ratio`` (see there)."""
     risk: float = 1.0
     """The risk setting: a dimensionless multiplier that divides both overrun prices (CPU time over the request,
     ``cpu_over_request_cost_*``, and an OOM kill, ``memory_oom_cost_*``), so 1 is the prices as set, 2 halves

@@ -87,9 +87,14 @@ def test_cost_level_worked_numbers() -> None:
     assert cost_level(np.array([np.nan]), margin_fraction=0.15, overrun_cost=1.0) is None
 
 
+ABSOLUTE: dict[str, float] = {"cpu_over_request_cost_ratio": 0.0, "memory_oom_cost_peak_hours": 0.0}
+"""The fleet-wide prices, 1 core per unit share over the request and 100 GiB-hours per OOM (the default
+before #18)."""
+
+
 def test_memory_cost_class_sizes_large_containers_below_rare_peaks() -> None:
     shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)  # hourly peaks, 8 days, oldest first
-    strategy = get_strategy("podtailor")  # "cost" class, 100 GiB-hours per OOM
+    strategy = get_strategy("podtailor", **ABSOLUTE)  # "cost" class, 100 GiB-hours per OOM
 
     def target(scale: float) -> int | None:
         data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
@@ -281,9 +286,11 @@ def test_adaptive_step_worked_numbers() -> None:
     assert adaptive_step(0.31, -0.002, 20.0, (0.3, 0.85)) == 0.3
 
 
-CALIBRATED: dict[str, float] = {"cpu_over_request_budget": 0.002, "cpu_over_request_cost_cores": 0.0}
+CALIBRATED: dict[str, float] = {"cpu_over_request_budget": 0.002, "cpu_over_request_cost_cores": 0.0,
+                                "cpu_over_request_cost_ratio": 0.0}
 """The calibrated request percentile instead of the cost level (the default before it)."""
-FIXED_P85: dict[str, float] = {"cpu_over_request_budget": 0.0, "cpu_over_request_cost_cores": 0.0}
+FIXED_P85: dict[str, float] = {"cpu_over_request_budget": 0.0, "cpu_over_request_cost_cores": 0.0,
+                               "cpu_over_request_cost_ratio": 0.0}
 """Neither: both histograms at p85."""
 
 
@@ -409,15 +416,20 @@ def test_cpu_cost_level_prices_time_over_the_request() -> None:
     p85 = cpu_request_m(bursty, **FIXED_P85)
     assert 2200 <= p85 <= 2245
     assert 550 <= cpu_request_m(flat, **FIXED_P85) <= 562
-    # The default, 1 core per unit share: leaving the bursty tail uncovered costs 1 x 0.18 (its decayed share)
-    # and saves (2.0 - 0.1) x 1.1 cores, so the slow level is the 0.1 bucket, a percentile below p85; the fast
-    # histogram's p85 is there too (its last burst, 4 hours ago, weighs 3%): 110 to 113m.
-    assert 110 <= cpu_request_m(bursty) <= 113
+    # The fleet-wide price, 1 core per unit share: leaving the bursty tail uncovered costs 1 x 0.18 (its decayed
+    # share) and saves (2.0 - 0.1) x 1.1 cores, so the slow level is the 0.1 bucket, a percentile below p85; the
+    # fast histogram's p85 is there too (its last burst, 4 hours ago, weighs 3%): 110 to 113m.
+    assert 110 <= cpu_request_m(bursty, **ABSOLUTE) <= 113
     # For the flat one, leaving its top 10% uncovered saves only 0.05 x 1.1 cores for 0.1 x 1 = 0.1 core of
     # risk: the level is its max, the 0.55 bucket (605 to 618m), a percentile above p85.
-    assert 605 <= cpu_request_m(flat) <= 618
+    assert 605 <= cpu_request_m(flat, **ABSOLUTE) <= 618
+    # The default per-container price, 2 x p95 per unit share: the bursty one's p95 is the 2-core bucket, so
+    # the tail costs 4 x 0.18 = 0.72 against 2.09 cores saved (dropped, the same 110 to 113m); the flat one's
+    # top costs 2 x 0.55 x 0.1 = 0.11 against 0.055 saved (covered, the same 605 to 618m).
+    assert 110 <= cpu_request_m(bursty) <= 113 and 605 <= cpu_request_m(flat) <= 618
     # A price beyond every saving covers the max; the floor percentile holds under a lower level (p85 here).
-    assert cpu_request_m(bursty, cpu_over_request_cost_cores=1e9) == p85
+    assert cpu_request_m(bursty, **ABSOLUTE, cpu_over_request_cost_cores=1e9) == p85
+    assert cpu_request_m(bursty, cpu_over_request_cost_ratio=1e9) == p85
     assert cpu_request_m(bursty, cpu_min_request_percentile=0.85) == p85
 
 
@@ -459,13 +471,16 @@ def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> N
     # the two top hours uncovered costs 12 x 8s x 2/192 = 1.0s and saves (8s - 2s) x 1.15 = 6.9s; leaving the
     # 2x hours too costs 12 x 8s x 42/192 = 21s for 1.15s more saved: the 2x level, 2s x 1.15, at every s.
     shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)
-    strategy = get_strategy("podtailor", **SCALE_FREE)
-    for scale in (1e7, 1e8, 1e10):
-        data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
-                          memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
-        assert run(strategy, data).target.memory_bytes == pytest.approx(2 * scale * 1.15, rel=1e-6)
-    # The absolute default is not: at 1e8 it covers the two top hours (100 GiB-hours is 13 times those peaks).
-    assert run(get_strategy("podtailor"), UsageBatch(
+    # The default, 24 peak-hours, is the same here (2.0s against 6.9s, then 42s against 1.15s) above its
+    # 64 MiB floor.
+    for strategy, scales in ((get_strategy("podtailor", **SCALE_FREE), (1e7, 1e8, 1e10)),
+                             (get_strategy("podtailor"), (1e8, 1e10))):
+        for scale in scales:
+            data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
+                              memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
+            assert run(strategy, data).target.memory_bytes == pytest.approx(2 * scale * 1.15, rel=1e-6)
+    # The fleet-wide price is not: at 1e8 it covers the two top hours (100 GiB-hours is 13 times those peaks).
+    assert run(get_strategy("podtailor", **ABSOLUTE), UsageBatch(
         cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR, memory_peak_bytes=series(shape * 1e8, HOUR),
         memory_interval_s=HOUR)).target.memory_bytes == 920_000_000
     # CPU: the flat shape (10% of the hours 10% higher) at 0.5 and 50 cores. Per container, leaving its top
@@ -475,7 +490,11 @@ def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> N
     flat_small, flat_large = every_fifth_hour(0.5, 0.55, every=10), every_fifth_hour(50.0, 55.0, every=10)
     small, large = cpu_request_m(flat_small, **SCALE_FREE), cpu_request_m(flat_large, **SCALE_FREE)
     assert 550 <= small <= 562 and large / small == pytest.approx(100, rel=0.03)
-    assert 605 <= cpu_request_m(flat_small) <= 618 and cpu_request_m(flat_large) == large
+    assert 605 <= cpu_request_m(flat_small, **ABSOLUTE) <= 618 and cpu_request_m(flat_large, **ABSOLUTE) == large
+    # The default ratio, 2 (covering the top 10% costs 2 x 0.55 x 0.1 = 0.11 per 0.055 saved): the max at
+    # both sizes, 100 times apart.
+    small, large = cpu_request_m(flat_small), cpu_request_m(flat_large)
+    assert 605 <= small <= 618 and large / small == pytest.approx(100, rel=0.03)
 
 
 @pytest.mark.parametrize("name", ["cpu_over_request_cost_ratio", "memory_oom_cost_peak_hours",

@@ -55,13 +55,21 @@ def test_the_default_is_risk_one_and_one_is_the_prices_as_set() -> None:
     assert targets(recommend(bursty())) == targets(recommend(bursty(), risk=1.0))
 
 
+ABSOLUTE: dict[str, float] = {"cpu_over_request_cost_ratio": 0.0, "memory_oom_cost_peak_hours": 0.0}
+"""The fleet-wide prices in cores and GiB-hours (the default before #18)."""
+
+
 def test_risk_divides_both_prices() -> None:
-    """Risk 4 at the default prices is the default strategy at a quarter of the prices (1 core -> 0.25,
-    100 GiB-hours -> 25), and risk 0.5 at the per-container prices is those prices doubled; both differ from
-    risk 1 here, so the equality is not the trivial one."""
-    quarter = recommend(bursty(), cpu_over_request_cost_cores=0.25, memory_oom_cost_gib_hours=25.0)
-    assert targets(recommend(bursty(), risk=4.0)) == targets(quarter)
-    assert targets(quarter) != targets(recommend(bursty()))  # memory drops its top hours (worked numbers below)
+    """Risk 4 at the fleet-wide prices is those prices quartered (1 core -> 0.25, 100 GiB-hours -> 25), risk 4
+    at the default per-container prices is those quartered (2 x p95 -> 0.5, 24 peak-hours -> 6), and risk 0.5
+    at other per-container prices is those doubled; each differs from risk 1 here, so the equality is not the
+    trivial one."""
+    quarter = recommend(bursty(), **ABSOLUTE, cpu_over_request_cost_cores=0.25, memory_oom_cost_gib_hours=25.0)
+    assert targets(recommend(bursty(), **ABSOLUTE, risk=4.0)) == targets(quarter)
+    assert targets(quarter) != targets(recommend(bursty(), **ABSOLUTE))  # memory drops its top hours
+    default_quarter = recommend(bursty(), cpu_over_request_cost_ratio=0.5, memory_oom_cost_peak_hours=6.0)
+    assert targets(recommend(bursty(), risk=4.0)) == targets(default_quarter)
+    assert targets(default_quarter)[1] < targets(recommend(bursty()))[1]  # worked numbers below
     # Per container: CPU 3 x p95 (1 core) drops the bursts (0.6 < 0.88 cores saved), 6 keeps them (1.2);
     # memory 8 x the 4 GiB peak = 32 GiB-hours drops the top hours (1.67 < 2.3 GiB), 16 keeps them (3.33).
     ratio = {"cpu_over_request_cost_ratio": 3.0, "memory_oom_cost_peak_hours": 8.0}
@@ -72,18 +80,24 @@ def test_risk_divides_both_prices() -> None:
 
 
 def test_worked_numbers_on_a_bursty_history() -> None:
-    """CPU: leaving the bursts (share 0.2) uncovered saves (1.0 - 0.2) x 1.10 = 0.88 cores and costs
-    price x 0.2 = (1 core / risk) x 0.2, so they are dropped once risk > 0.2 / 0.88 = 0.227: risk 0.05 keeps
-    the p95 cap's level, the burst, 1.0 x 1.10 = 1100m (+2% + 1m of bucket edge: <= 1124m); from 0.25 on the
-    request is 0.2 x 1.10 = 220m (<= 226m). Memory: dropping the 10 top hours of n = 192 or 193 saves
-    2 GiB x 1.15 = 2.3 GiB and costs (100 / risk) x 10 / n GiB: kept up to risk 2 (2.59 GiB), dropped at 4
-    (1.30 GiB): 4 GiB x 1.15 then 2 GiB x 1.15 (slot maxima are exact; rounded up once to a byte)."""
+    """At the default per-container prices. CPU: the price is 2 x the slow histogram's p95, the 1-core bucket
+    (<= 1.021 cores), so about 2.04 cores / risk per unit share; leaving the bursts (share about 0.2) uncovered
+    saves (1.0 - 0.2) x 1.10 = 0.88 cores and costs 2.04 / risk x 0.2 = 0.41 / risk, so they are dropped once
+    risk > 0.46: risks 0.05 and 0.25 keep the p95 cap's level, the burst, 1.0 x 1.10 = 1100m (+2% + 1m of bucket
+    edge: <= 1124m); from 0.5 on the request is 0.2 x 1.10 = 220m (<= 226m). Memory: the price is 24 x the
+    4 GiB peak = 96 GiB-hours; dropping the 10 top hours of n = 192 or 193 saves 2 GiB x 1.15 = 2.3 GiB and
+    costs (96 / risk) x 10 / n GiB: kept up to risk 2 (2.49 GiB), dropped at 4 (1.24 GiB): 4 GiB x 1.15 then
+    2 GiB x 1.15 (slot maxima are exact; rounded up once to a byte). The fleet-wide prices (1 core, 100
+    GiB-hours) give the same memory targets and drop the CPU bursts from risk 0.25 on (0.2 / 0.88 = 0.227)."""
     cpu = {r: targets(recommend(bursty(), risk=r))[0] for r in RISKS}
     memory = {r: targets(recommend(bursty(), risk=r))[1] for r in RISKS}
-    assert 1100 <= cpu[0.05] <= 1124
-    assert all(220 <= cpu[r] <= 226 for r in RISKS[1:])
+    assert all(1100 <= cpu[r] <= 1124 for r in RISKS if r <= 0.25)
+    assert all(220 <= cpu[r] <= 226 for r in RISKS if r >= 0.5)
     assert all(memory[r] == math.ceil(4 * GIB * 1.15) for r in RISKS if r <= 2)
     assert all(memory[r] == math.ceil(2 * GIB * 1.15) for r in RISKS if r >= 4)
+    absolute = {r: targets(recommend(bursty(), **ABSOLUTE, risk=r)) for r in RISKS}
+    assert 1100 <= absolute[0.05][0] <= 1124 and all(220 <= absolute[r][0] <= 226 for r in RISKS[1:])
+    assert all(absolute[r][1] == memory[r] for r in RISKS)
 
 
 @settings(max_examples=25, deadline=None)
