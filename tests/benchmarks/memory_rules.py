@@ -13,7 +13,9 @@ applied. What it leaves out: CPU, so no coordinated resizes (the full replay als
 which lowers its memory slack by about 2%: default rule, odd half, 2.282 GiB and 0.110 OOM per series-day here
 against 2.245 and 0.113 in the replay). Changes counted here are memory changes only.
 
-``python -m tests.benchmarks.memory_rules [--subset odd|even|all] [--scale F] [--workers N]``
+``python -m tests.benchmarks.memory_rules [--trace NAME] [--subset odd|even|all] [--scale F] [--every K]
+[--workers N]``; ``--trace`` is one of the training traces of ``scale_study`` (default: the August Bitbrains
+month), ``--every K`` keeps every K-th series.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recommender.backtest.replay import ReplayConfig, make_grid
+from recommender.backtest.replay import ReplayConfig, make_grid, start_resources
 from recommender.backtest.runner import parity
 from recommender.backtest.trace import read_trace
 from recommender.model.common import DAY_S, GIB, MIB, oom_bump
 from recommender.model.peaks import cost_level
 from recommender.model.types import FloatArray
 from tests.benchmarks.bench_backtest import TRACE
+from tests.benchmarks.scale_study import TRACES, TRACES_DIR
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,11 +46,20 @@ class Rule:
     window_h: int = 192
     margin: float = 0.15
     price_gib_h: float = 100.0
+    peak_hours: float = 0.0
+    """> 0: the price of an OOM is this x the window's largest peak (per container, the default since #18), in
+    place of ``price_gib_h``."""
     statistic: str = "cost"
     """"cost": ``peaks.cost_level`` over the window (the default); "decayed": the same with each hour weighted
     by 2^(-age / half_life_h); "min2": the lower of the cost level and a second one over ``short_h`` at
     ``short_price_gib_h``; "seasonal": the cost level over the same hours of day (the next ``ahead_h``) on the
-    last ``days`` days plus the last 6 hours."""
+    last ``days`` days plus the last 6 hours; "jump": the cost level with a per-container margin, the
+    ``jump_quantile`` of how far an hour's peak rose above the max of the ``jump_lookback_h`` hours before it
+    (within ``jump_margin_bounds``); "excursions": the level priced by the runs of hours above it, not the hours
+    (a busy spell costs one OOM when the reaction covers it)."""
+    jump_quantile: float = 0.95
+    jump_lookback_h: int = 24
+    jump_margin_bounds: tuple[float, float] = (0.02, 0.40)
     half_life_h: float = 48.0
     short_h: int = 48
     short_price_gib_h: float = 400.0
@@ -76,18 +88,26 @@ class Series:
     first_scored: int
 
 
-def load(scale: float) -> list[Series]:
+def load(scale: float, trace: str | None = None, every: int = 1) -> list[Series]:
+    """The series of ``trace`` (a ``scale_study.TRACES`` name; None: the August month), every ``every``-th."""
+    path, cols = TRACE, None
+    if trace is not None:
+        file, cols = TRACES[trace]
+        path = TRACES_DIR / file
     cfg, out = ReplayConfig(), []
-    for i, s in enumerate(read_trace(TRACE), start=1):
-        if s.memory_bytes is None or s.memory_provisioned_bytes is None or len(s) < 2:
+    for i, s in enumerate(read_trace(path, cols), start=1):
+        if s.memory_bytes is None or len(s) < 2 or (i - 1) % every:
             continue
         g = make_grid(s, cfg)
+        start = start_resources(s, g, cfg).limits.memory_bytes
+        if start is None:
+            continue
         mem = s.memory_bytes * scale
         ok = ~np.isnan(mem)
         peaks = np.full(g.steps, np.nan)
         np.fmax.at(peaks, g.sample_step[ok], mem[ok])
         t0 = g.edges_s[min(g.first_scored_step, g.steps - 1)]
-        out.append(Series(s.series_id, parity(s.series_id, i), float(s.memory_provisioned_bytes[0]) * scale, peaks,
+        out.append(Series(s.series_id, parity(s.series_id, i), float(start) * scale, peaks,
                           mem, g.sample_step, g.durations_s, g.interval_s,
                           np.floor((s.timestamps_s - t0) / DAY_S).astype(np.int64), g.first_scored_step))
     return out
@@ -102,6 +122,37 @@ def _decayed_level(values: FloatArray, ages: FloatArray, rule: Rule) -> float:
     return float(p[np.flatnonzero(cost <= cost.min())[-1]])
 
 
+def _jump_margin(seen: FloatArray, h: int, rule: Rule) -> float:
+    """The "jump" rule's margin: the quantile of max(peak / max(the lookback hours before it) - 1, 0) over the
+    window, within the bounds (the rule's own margin with fewer than 24 such hours)."""
+    lb = rule.jump_lookback_h
+    x = seen[max(0, h - rule.window_h - lb):h]
+    if x.size <= lb + 1:
+        return rule.margin
+    prev = np.fmax.reduce(np.lib.stride_tricks.sliding_window_view(x[:-1], lb), axis=1)
+    cur = x[lb:]
+    good = np.isfinite(prev) & np.isfinite(cur) & (prev > 0)
+    if good.sum() < 24:
+        return rule.margin
+    jumps = np.maximum(cur[good] / prev[good] - 1.0, 0.0)
+    low, high = rule.jump_margin_bounds
+    return float(np.clip(np.quantile(jumps, rule.jump_quantile), low, high))
+
+
+def _excursion_level(window: FloatArray, margin: float, price: float) -> float | None:
+    """The level b minimising b (1 + margin) + price x (runs of hours above b) / (hours with a reading): a
+    run starts at an hour above b whose predecessor is not (a missing hour counts as below)."""
+    x = np.where(np.isfinite(window), window, -np.inf)
+    levels = np.unique(x[np.isfinite(x)])
+    if levels.size == 0:
+        return None
+    above = x.size - np.searchsorted(np.sort(x), levels, side="right")
+    pairs = np.sort(np.minimum(x[1:], x[:-1]))
+    both = pairs.size - np.searchsorted(pairs, levels, side="right")
+    cost = levels * (1.0 + margin) + price * (above - both) / np.isfinite(window).sum()
+    return float(levels[np.flatnonzero(cost <= cost.min())[-1]])
+
+
 def _statistic(seen: FloatArray, h: int, rule: Rule) -> float | None:
     lo = max(0, h - rule.window_h)
     window = seen[lo:h]
@@ -109,6 +160,14 @@ def _statistic(seen: FloatArray, h: int, rule: Rule) -> float | None:
     if not ok.any():
         return None
     price = rule.price_gib_h * GIB
+    if rule.peak_hours > 0:
+        price = rule.peak_hours * float(window[ok].max())
+    if rule.statistic == "jump":  # returned as a level to take x (1 + rule.margin), like the others
+        margin = _jump_margin(seen, h, rule)
+        level = cost_level(window[ok], margin_fraction=margin, overrun_cost=price)
+        return None if level is None else level * (1.0 + margin) / (1.0 + rule.margin)
+    if rule.statistic == "excursions":
+        return _excursion_level(window, rule.margin, price)
     if rule.statistic == "decayed":
         return _decayed_level(window[ok], np.arange(h - lo, 0, -1, dtype=np.float64)[ok] - 1.0, rule)
     if rule.statistic == "seasonal":
@@ -167,7 +226,22 @@ def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
 
 
 RULES: dict[str, Rule] = {
-    "default (cost level, 8 d, price 100, margin 15%)": Rule(),
+    "default since #18 (cost level, 8 d, 24 peak-hours, margin 15%)": Rule(peak_hours=24.0),
+    "per container, 12 peak-hours": Rule(peak_hours=12.0),
+    "per container, 48 peak-hours": Rule(peak_hours=48.0),
+    "per container, 24 peak-hours, jump margin p95": Rule(peak_hours=24.0, statistic="jump"),
+    "per container, 48 peak-hours, jump margin p95": Rule(peak_hours=48.0, statistic="jump"),
+    "per container, 48 peak-hours, jump margin p99": Rule(peak_hours=48.0, statistic="jump", jump_quantile=0.99),
+    "per container, 24 peak-hours, jump margin p95 in 2%..15%": Rule(peak_hours=24.0, statistic="jump",
+                                                                     jump_margin_bounds=(0.02, 0.15)),
+    "per container, 24 peak-hours, jump margin p95 in 5%..15%": Rule(peak_hours=24.0, statistic="jump",
+                                                                     jump_margin_bounds=(0.05, 0.15)),
+    "per container, 24 peak-hours, jump margin p99 in 2%..15%": Rule(peak_hours=24.0, statistic="jump",
+                                                                     jump_quantile=0.99,
+                                                                     jump_margin_bounds=(0.02, 0.15)),
+    "per container, excursions, 96 peak-hours": Rule(peak_hours=96.0, statistic="excursions"),
+    "per container, excursions, 192 peak-hours": Rule(peak_hours=192.0, statistic="excursions"),
+    "fleet-wide price 100 GiB-hours (the default before #18)": Rule(),
     "margin 5%": Rule(margin=0.05),
     "margin 0": Rule(margin=0.0),
     "margin 5%, price 200": Rule(margin=0.05, price_gib_h=200.0),
@@ -188,12 +262,17 @@ def _one(args: tuple[Series, Rule]) -> tuple[float, float, int, int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--trace", choices=sorted(TRACES), help="default: the August Bitbrains month")
+    ap.add_argument("--every", type=int, default=1, help="every K-th series only")
     ap.add_argument("--subset", choices=("odd", "even", "all"), default="odd")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply memory usage and size by this")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
-    series = [s for s in load(args.scale) if args.subset == "all" or s.subset == args.subset]
-    print(f"{len(series)} series ({args.subset}), memory x {args.scale:g}; podtailor's memory rule alone\n")
+    if args.every < 1:
+        ap.error("--every must be >= 1")
+    series = [s for s in load(args.scale, args.trace, args.every) if args.subset == "all" or s.subset == args.subset]
+    print(f"{len(series)} series ({args.trace or 'bitbrains-08'}, {args.subset}), memory x {args.scale:g}; "
+          "podtailor's memory rule alone\n")
     print("| rule | mem slack GiB | OOM / series-day | memory changes / series-day |\n|---|---|---|---|")
     with ProcessPoolExecutor(args.workers) as pool:
         for name, rule in RULES.items():
