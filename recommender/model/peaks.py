@@ -167,6 +167,29 @@ def cost_level(peaks: FloatArray, *, margin_fraction: float, overrun_cost: float
     return float(p[best[-1]])
 
 
+def jump_margin(peaks: FloatArray, *, lookback: int, quantile: float, bounds: tuple[float, float],
+                min_points: int = 24) -> float | None:
+    """A per-container memory margin: the ``quantile`` of how far a slot's peak rose above the max of the
+    ``lookback`` slots before it, max(peak / that max - 1, 0), over ``peaks`` (consecutive slots, NaN where
+    none), clipped to ``bounds``. None with fewer than ``min_points`` slots that have both a peak and a
+    positive max before them. The ratios do not depend on the container's size, so neither does the margin: a
+    container whose peaks rise little from one day to the next needs less room above its level than a fixed
+    margin gives (#18: the Google jobs' smooth memory, RESULTS.md "Default prices per container")."""
+    x = np.asarray(peaks, dtype=np.float64)
+    if lookback < 1 or x.size <= lookback:
+        return None
+    before = np.lib.stride_tricks.sliding_window_view(x[:-1], lookback)
+    with np.errstate(invalid="ignore"):  # an all-NaN lookback is NaN, and not counted below
+        prev = np.fmax.reduce(before, axis=1)
+    cur = x[lookback:]
+    good = np.isfinite(prev) & np.isfinite(cur) & (prev > 0)
+    if int(good.sum()) < min_points:
+        return None
+    jumps = np.maximum(cur[good] / prev[good] - 1.0, 0.0)
+    low, high = bounds
+    return float(np.clip(np.quantile(jumps, quantile), low, high))
+
+
 class SlotMax:
     """Maximum value and sample count per time slot (slot = floor(t / slot_s)), pruned to a retention."""
 
@@ -214,6 +237,16 @@ class SlotMax:
 
     def count(self, *, now_s: float, window_s: float) -> int:
         return sum(self.counts[s] for s in self._slots_in(now_s, window_s))
+
+    def series(self, *, now_s: float, window_s: float) -> FloatArray:
+        """The per-slot maxima of every slot overlapping [now - window, now], oldest first, NaN where a slot has
+        no sample (so that position i is slot first + i, which ``jump_margin`` needs)."""
+        first = math.floor((now_s - window_s) / self.slot_s)
+        last = math.floor(now_s / self.slot_s)
+        out = np.full(max(last - first + 1, 0), np.nan)
+        for s in self._slots_in(now_s, window_s):
+            out[s - first] = self.maxima[s]
+        return out
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {"slot_s": self.slot_s, "retention_s": self.retention_s,

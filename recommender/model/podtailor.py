@@ -43,7 +43,7 @@ import numpy as np
 from podtailor.resources import CurrentResources
 from podtailor.units import format_cpu, format_memory
 from recommender.model.common import GIB, MIB, StrategyBase, lower_multiplier, upper_multiplier
-from recommender.model.peaks import cost_level
+from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
 from recommender.model.policy import (
     Estimate,
@@ -112,7 +112,19 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                                 upper=upper * margin * upper_multiplier(c),
                                 limit_rule=_LIMIT_RULES[prm.cpu_limit_rule], limit=limit)
 
-    def _memory_statistic(self, state: PodtailorState, now_s: float) -> float | None:
+    def _memory_margin(self, state: PodtailorState, now_s: float) -> float:
+        """The memory margin: per container from the jumps of its hourly peaks (``peaks.jump_margin``), or the
+        fixed one (quantile 0, or too few hours yet)."""
+        prm = self.params
+        if prm.memory_margin_jump_quantile <= 0:
+            return prm.memory_margin_fraction
+        lookback = max(round(prm.memory_jump_lookback_s / prm.memory_max_slot_s), 1)
+        peaks = state.memory_max.series(now_s=now_s, window_s=prm.memory_max_window_s + prm.memory_jump_lookback_s)
+        margin = jump_margin(peaks, lookback=lookback, quantile=prm.memory_margin_jump_quantile,
+                             bounds=(prm.memory_margin_min_fraction, prm.memory_margin_fraction))
+        return prm.memory_margin_fraction if margin is None else margin
+
+    def _memory_statistic(self, state: PodtailorState, now_s: float, margin_fraction: float) -> float | None:
         prm = self.params
         peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
         if prm.memory_oom_tolerance == "low":
@@ -124,7 +136,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                 finite = peaks[np.isfinite(peaks)]
                 price = prm.memory_oom_cost_peak_hours * (float(finite.max()) if finite.size else 0.0)
             price /= prm.risk
-            level = cost_level(peaks, margin_fraction=prm.memory_margin_fraction,
+            level = cost_level(peaks, margin_fraction=margin_fraction,
                                overrun_cost=price * 3600.0 / prm.memory_max_slot_s)
             return level if level is not None else state.memory.hist.percentile(1.0)
         if peak is None:  # nothing inside the window: fall back to the decayed history's top
@@ -137,13 +149,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
     def _memory(self, state: PodtailorState, c: float, now_s: float,
                 max_allowed: int | None) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
         prm = self.params
-        stat = self._memory_statistic(state, now_s)
+        margin_fraction = self._memory_margin(state, now_s)
+        stat = self._memory_statistic(state, now_s, margin_fraction)
         oom = state.oom_floor(now_s)
         if oom is not None and max_allowed is not None:
             oom = min(oom, float(max_allowed))
         if stat is None and oom is None:
             return None, ()
-        margin = 1.0 + prm.memory_margin_fraction
+        margin = 1.0 + margin_fraction
         target = (stat or 0.0) * margin
         reasons: tuple[str, ...] = ()
         if oom is not None and oom > target:

@@ -1,0 +1,97 @@
+"""Unit tests of the per-container memory margin (``peaks.jump_margin``, ``memory_margin_jump_quantile``): the
+quantile of how far an hour's peak rose above the day before it, within bounds, the same at every size."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from podtailor.resources import CurrentResources
+from recommender.model.peaks import jump_margin
+from recommender.model.podtailor_state import PodtailorState
+from recommender.model.registry import get_strategy
+from recommender.model.types import ContainerPolicy, Samples, UsageBatch
+
+NOW = 1_700_000_000.0
+HOUR = 3600.0
+GIB = float(2**30)
+BOUNDS = (0.02, 0.15)
+
+
+def margin(peaks: np.ndarray, quantile: float = 0.99) -> float | None:
+    return jump_margin(peaks, lookback=24, quantile=quantile, bounds=BOUNDS)
+
+
+def test_flat_peaks_get_the_floor_and_a_jumpy_history_the_ceiling() -> None:
+    assert margin(np.ones(200)) == 0.02  # no hour ever rose above the day before it
+    # Every 10th hour 8% above the level: every counted hour (from hour 24 on) has such an hour within the
+    # day before it, so none rises above its day's max.
+    x = np.where(np.arange(200) % 10 == 9, 1.08, 1.0)
+    assert margin(x) == 0.02
+    # A level that steps up 10% once a day: at each step, the previous 24 hours' max is 10% lower. 7 of the
+    # 176 counted hours jump 10%: p99 is 10%, p50 nothing (the floor).
+    steps = 1.1 ** (np.arange(200) // 24)
+    assert margin(steps) == pytest.approx(0.10)
+    assert margin(steps, quantile=0.5) == 0.02
+    # Bursts to 3x the idle level: the ceiling, however tall.
+    bursts = np.where(np.arange(200) % 50 == 49, 3.0, 1.0)
+    assert margin(bursts) == 0.15
+
+
+def test_the_margin_does_not_depend_on_the_size() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.lognormal(0.0, 0.05, 217)
+    assert margin(x * 1e-3) == pytest.approx(margin(x)) and margin(x * 1e9) == pytest.approx(margin(x))
+
+
+def test_missing_hours_and_short_histories() -> None:
+    x = 1.1 ** (np.arange(200) // 24)
+    gappy = x.copy()
+    gappy[::3] = np.nan  # a third of the hours missing: the others still see their day's max
+    assert margin(gappy) == pytest.approx(0.10)
+    assert margin(np.ones(47)) is None  # 23 hours with a day before them: fewer than 24
+    assert margin(np.ones(48)) == 0.02
+    assert margin(np.full(100, np.nan)) is None
+    assert margin(np.zeros(100)) is None  # no positive max to rise above
+    assert jump_margin(np.ones(10), lookback=24, quantile=0.99, bounds=BOUNDS) is None
+
+
+def hourly_memory(values: np.ndarray) -> UsageBatch:
+    ts = NOW - HOUR * np.arange(values.size)[::-1]
+    return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(values.size, 0.1)), cpu_interval_s=HOUR,
+                      memory_peak_bytes=Samples(timestamps_s=ts, values=values.astype(np.float64)),
+                      memory_interval_s=HOUR)
+
+
+def memory_target(values: np.ndarray, **params: float) -> int:
+    strategy = get_strategy("podtailor", **params)
+    state = strategy.new_state()
+    assert isinstance(state, PodtailorState)
+    state.add(hourly_memory(values))
+    rec = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
+    assert rec.target.memory_bytes is not None
+    return rec.target.memory_bytes
+
+
+def test_the_strategy_takes_the_per_container_margin_only_when_asked() -> None:
+    flat = np.full(9 * 24, 2 * GIB)
+    assert memory_target(flat) == math.ceil(2 * GIB * 1.15)  # the default: the fixed 15%
+    assert memory_target(flat, memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.02)
+    # A history that rose 10% a day: 10% above the max (the level chosen is the max: a steady container).
+    rising = 2 * GIB * 1.1 ** (np.arange(9 * 24) // 24)
+    assert memory_target(rising, memory_margin_jump_quantile=0.99) == math.ceil(float(rising.max()) * 1.10)
+    # Fewer than 24 hours with a peak and one before them within the lookback: the fixed margin.
+    assert memory_target(flat[:24], memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.15)
+    assert memory_target(flat[:25], memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.02)
+
+
+@pytest.mark.parametrize("params", [{"memory_margin_jump_quantile": 1.5},
+                                    {"memory_margin_jump_quantile": math.nan},
+                                    {"memory_margin_min_fraction": 0.2},
+                                    {"memory_margin_min_fraction": -0.01},
+                                    {"memory_jump_lookback_s": 60.0}])
+def test_bad_margin_settings_are_refused(params: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="memory_margin_jump_quantile must be in"):
+        get_strategy("podtailor", **params)
