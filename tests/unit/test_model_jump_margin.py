@@ -87,9 +87,15 @@ def test_the_strategy_takes_the_per_container_margin_only_when_asked() -> None:
     assert memory_target(flat[:25], memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.02)
 
 
+def test_a_zero_fixed_margin_is_still_allowed_without_the_jump_margin() -> None:
+    flat = np.full(9 * 24, 2 * GIB)
+    assert memory_target(flat, memory_margin_fraction=0.0) == math.ceil(2 * GIB)
+
+
 @pytest.mark.parametrize("params", [{"memory_margin_jump_quantile": 1.5},
                                     {"memory_margin_jump_quantile": math.nan},
-                                    {"memory_margin_min_fraction": 0.2},
+                                    {"memory_margin_jump_quantile": 0.99, "memory_margin_min_fraction": 0.2},
+                                    {"memory_margin_jump_quantile": 0.99, "memory_margin_fraction": 0.0},
                                     {"memory_margin_min_fraction": -0.01},
                                     {"memory_jump_lookback_s": 60.0}])
 def test_bad_margin_settings_are_refused(params: dict[str, float]) -> None:
