@@ -59,7 +59,7 @@ def test_missing_hours_and_short_histories() -> None:
 
 
 def hourly_memory(values: np.ndarray) -> UsageBatch:
-    ts = NOW - HOUR * np.arange(values.size)[::-1]
+    ts = (NOW - HOUR * np.arange(values.size)[::-1]).astype(np.float64)
     return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(values.size, 0.1)), cpu_interval_s=HOUR,
                       memory_peak_bytes=Samples(timestamps_s=ts, values=values.astype(np.float64)),
                       memory_interval_s=HOUR)
