@@ -33,7 +33,7 @@ from recommender.backtest.replay import ReplayConfig, make_grid, start_resources
 from recommender.backtest.runner import parity
 from recommender.backtest.trace import read_trace
 from recommender.model.common import DAY_S, GIB, MIB, oom_bump
-from recommender.model.peaks import cost_level
+from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.types import FloatArray
 from tests.benchmarks.bench_backtest import TRACE
 from tests.benchmarks.scale_study import TRACES, TRACES_DIR
@@ -123,20 +123,12 @@ def _decayed_level(values: FloatArray, ages: FloatArray, rule: Rule) -> float:
 
 
 def _jump_margin(seen: FloatArray, h: int, rule: Rule) -> float:
-    """The "jump" rule's margin: the quantile of max(peak / max(the lookback hours before it) - 1, 0) over the
-    window, within the bounds (the rule's own margin with fewer than 24 such hours)."""
+    """The "jump" rule's margin: ``peaks.jump_margin`` over the window and its lookback (the strategy's own
+    rule), or the rule's fixed margin with too few hours."""
     lb = rule.jump_lookback_h
-    x = seen[max(0, h - rule.window_h - lb):h]
-    if x.size <= lb + 1:
-        return rule.margin
-    prev = np.fmax.reduce(np.lib.stride_tricks.sliding_window_view(x[:-1], lb), axis=1)
-    cur = x[lb:]
-    good = np.isfinite(prev) & np.isfinite(cur) & (prev > 0)
-    if good.sum() < 24:
-        return rule.margin
-    jumps = np.maximum(cur[good] / prev[good] - 1.0, 0.0)
-    low, high = rule.jump_margin_bounds
-    return float(np.clip(np.quantile(jumps, rule.jump_quantile), low, high))
+    margin = jump_margin(seen[max(0, h - rule.window_h - lb):h], lookback=lb, quantile=rule.jump_quantile,
+                         bounds=rule.jump_margin_bounds)
+    return rule.margin if margin is None else margin
 
 
 def _excursion_level(window: FloatArray, margin: float, price: float) -> float | None:
