@@ -35,7 +35,6 @@ from recommender.backtest.trace import read_trace
 from recommender.model.common import DAY_S, GIB, MIB, oom_bump
 from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.types import FloatArray
-from tests.benchmarks.bench_backtest import TRACE
 from tests.benchmarks.scale_study import TRACES, TRACES_DIR
 
 
@@ -88,14 +87,11 @@ class Series:
     first_scored: int
 
 
-def load(scale: float, trace: str | None = None, every: int = 1) -> list[Series]:
-    """The series of ``trace`` (a ``scale_study.TRACES`` name; None: the August month), every ``every``-th."""
-    path, cols = TRACE, None
-    if trace is not None:
-        file, cols = TRACES[trace]
-        path = TRACES_DIR / file
+def load(scale: float, trace: str = "bitbrains-08", every: int = 1) -> list[Series]:
+    """The series of ``trace`` (a ``scale_study.TRACES`` name), every ``every``-th."""
+    file, cols = TRACES[trace]
     cfg, out = ReplayConfig(), []
-    for i, s in enumerate(read_trace(path, cols), start=1):
+    for i, s in enumerate(read_trace(TRACES_DIR / file, cols), start=1):
         if s.memory_bytes is None or len(s) < 2 or (i - 1) % every:
             continue
         g = make_grid(s, cfg)
@@ -254,7 +250,8 @@ def _one(args: tuple[Series, Rule]) -> tuple[float, float, int, int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--trace", choices=sorted(TRACES), help="default: the August Bitbrains month")
+    ap.add_argument("--trace", choices=sorted(TRACES), default="bitbrains-08",
+                    help="default: bitbrains-08, the August Bitbrains month")
     ap.add_argument("--every", type=int, default=1, help="every K-th series only")
     ap.add_argument("--subset", choices=("odd", "even", "all"), default="odd")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply memory usage and size by this")
@@ -263,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.every < 1:
         ap.error("--every must be >= 1")
     series = [s for s in load(args.scale, args.trace, args.every) if args.subset == "all" or s.subset == args.subset]
-    print(f"{len(series)} series ({args.trace or 'bitbrains-08'}, {args.subset}), memory x {args.scale:g}; "
+    print(f"{len(series)} series ({args.trace}, {args.subset}), memory x {args.scale:g}; "
           "podtailor's memory rule alone\n")
     print("| rule | mem slack GiB | OOM / series-day | memory changes / series-day |\n|---|---|---|---|")
     with ProcessPoolExecutor(args.workers) as pool:

@@ -30,8 +30,8 @@ def test_flat_peaks_get_the_floor_and_a_jumpy_history_the_ceiling() -> None:
     # day before it, so none rises above its day's max.
     x = np.where(np.arange(200) % 10 == 9, 1.08, 1.0)
     assert margin(x) == 0.02
-    # A level that steps up 10% once a day: at each step, the previous 24 hours' max is 10% lower. 7 of the
-    # 176 counted hours jump 10%: p99 is 10%, p50 nothing (the floor).
+    # A level that steps up 10% once a day: at each step, the previous 24 hours' max is 10% lower. 8 of the
+    # 176 counted hours (hours 24, 48, ..., 192) jump 10%: p99 is 10%, p50 nothing (the floor).
     steps = 1.1 ** (np.arange(200) // 24)
     assert margin(steps) == pytest.approx(0.10)
     assert margin(steps, quantile=0.5) == 0.02
