@@ -172,10 +172,15 @@ def jump_margin(peaks: FloatArray, *, lookback: int, quantile: float, bounds: tu
     """A per-container memory margin: the ``quantile`` of how far a slot's peak rose above the max of the
     ``lookback`` slots before it, max(peak / that max - 1, 0), over ``peaks`` (consecutive slots, NaN where
     none), clipped to ``bounds``. None with fewer than ``min_points`` slots that have both a peak and a
-    positive max before them. The ratios do not depend on the container's size, so neither does the margin: a
-    container whose peaks rise little from one day to the next needs less room above its level than a fixed
-    margin gives (#18: the Google jobs' smooth memory, RESULTS.md "Default prices per container")."""
+    positive max before them; slots before the first peak are not part of any lookback. The ratios do not
+    depend on the container's size, so neither does the margin: a container whose peaks rise little from one
+    day to the next needs less room above its level than a fixed margin gives (#18: the Google jobs' smooth
+    memory, RESULTS.md "The jump margin held")."""
     x = np.asarray(peaks, dtype=np.float64)
+    seen = np.flatnonzero(np.isfinite(x))
+    # A slot counts only with its whole lookback after the first peak: a young container's first hours, each
+    # against the few before it, are not a day-over-day rise (they gave 3% margins after one day of history).
+    x = x[seen[0]:] if seen.size else x[:0]
     if lookback < 1 or x.size <= lookback:
         return None
     before = np.lib.stride_tricks.sliding_window_view(x[:-1], lookback)

@@ -15,7 +15,10 @@ time over the request, ``PodtailorState.calibrate``; with the price at 0 that F 
 bounds p50/p95 x
 margin x VPA's confidence multipliers; limit by ``cpu_limit_rule`` (the percentile limit at least
 request x ``cpu_limit_min_ratio``).
-Memory: the statistic of the OOM-tolerance class x (1 + margin). The default "cost" class takes, from the
+Memory: the statistic of the OOM-tolerance class x (1 + margin). The margin is per container
+(``memory_margin_jump_quantile``): the largest rise of an hourly peak above the day before it, over the window,
+within 5%..15% (``peaks.jump_margin``), held between memory moves so that it never moves a target by itself;
+15% under two days of history. The default "cost" class takes, from the
 hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM x the
 share of hours above it (``peaks.cost_level``): the max for steady containers, below rare top hours for spiky
 ones. The price is per container, ``memory_oom_cost_peak_hours`` x its own largest peak in the window (with it
@@ -36,6 +39,7 @@ either way); when neither moves, both keep their current request and limit. Para
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -112,17 +116,23 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                                 upper=upper * margin * upper_multiplier(c),
                                 limit_rule=_LIMIT_RULES[prm.cpu_limit_rule], limit=limit)
 
-    def _memory_margin(self, state: PodtailorState, now_s: float) -> float:
+    def _memory_margin(self, state: PodtailorState, now_s: float, *, refresh: bool) -> float:
         """The memory margin: per container from the jumps of its hourly peaks (``peaks.jump_margin``), or the
-        fixed one (quantile 0, or too few hours yet)."""
+        fixed one (quantile 0, or too few hours yet). The per-container margin is held in the state between
+        memory moves: only ``refresh`` (the target is about to leave its band, or none is held yet) computes it
+        anew, so a margin that changes from hour to hour never moves the target by itself (RESULTS.md, "The
+        jump margin held")."""
         prm = self.params
         if prm.memory_margin_jump_quantile <= 0:
             return prm.memory_margin_fraction
+        if not refresh and state.memory_margin is not None:
+            return state.memory_margin
         lookback = max(round(prm.memory_jump_lookback_s / prm.memory_max_slot_s), 1)
         peaks = state.memory_max.series(now_s=now_s, window_s=prm.memory_max_window_s + prm.memory_jump_lookback_s)
         margin = jump_margin(peaks, lookback=lookback, quantile=prm.memory_margin_jump_quantile,
                              bounds=(prm.memory_margin_min_fraction, prm.memory_margin_fraction))
-        return prm.memory_margin_fraction if margin is None else margin
+        state.memory_margin = prm.memory_margin_fraction if margin is None else margin
+        return state.memory_margin
 
     def _memory_statistic(self, state: PodtailorState, now_s: float, margin_fraction: float) -> float | None:
         prm = self.params
@@ -146,10 +156,10 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         p60 = state.memory.hist.percentile(0.6)
         return max(p60 or 0.0, 0.5 * peak)
 
-    def _memory(self, state: PodtailorState, c: float, now_s: float,
-                max_allowed: int | None) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+    def _memory(self, state: PodtailorState, c: float, now_s: float, max_allowed: int | None, *,
+                refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
         prm = self.params
-        margin_fraction = self._memory_margin(state, now_s)
+        margin_fraction = self._memory_margin(state, now_s, refresh=refresh)
         stat = self._memory_statistic(state, now_s, margin_fraction)
         oom = state.oom_floor(now_s)
         if oom is not None and max_allowed is not None:
@@ -191,11 +201,13 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return est
         return replace(est, target=request, limit=limit if est.limit is not None else None)
 
-    def _resize(self, state: PodtailorState, now_s: float, current: CurrentResources,
-                cpu: ResourceEstimate | None, memory: ResourceEstimate | None,
-                ) -> tuple[ResourceEstimate | None, ResourceEstimate | None, tuple[str, ...]]:
+    def _resize(self, state: PodtailorState, now_s: float, current: CurrentResources, cpu: ResourceEstimate | None,
+                memory_estimate: Callable[[bool], tuple[ResourceEstimate | None, tuple[str, ...]]],
+                ) -> tuple[ResourceEstimate | None, tuple[ResourceEstimate | None, tuple[str, ...]], tuple[str, ...]]:
         """Hysteresis, dwell time and coordination (module docstring): which targets go out, which are held,
-        and for each held one why (its fresh target, and the band or the wait that keeps it)."""
+        and for each held one why (its fresh target, and the band or the wait that keeps it). Memory comes from
+        ``memory_estimate(refresh)``: first with the held margin; when memory is to go out (it moves, or CPU
+        moves and takes it along), again with the margin refreshed."""
         prm = self.params
         req, lim = current.requests, current.limits
         since = state.note_applied([req.cpu_millicores, lim.cpu_millicores, req.memory_bytes, lim.memory_bytes],
@@ -203,10 +215,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         may_lower = since is None or now_s - since >= prm.resize_down_dwell_s
         cur_cpu = None if req.cpu_millicores is None else req.cpu_millicores / 1000.0
         cur_mem = None if req.memory_bytes is None else float(req.memory_bytes)
+        memory, r_memory = memory_estimate(False)
         move_cpu = self._moves(cpu, cur_cpu, may_lower, prm.cpu_resize_up_fraction)
         move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
+        if (move_mem or (prm.coordinate_resizes and move_cpu)) and prm.memory_margin_jump_quantile > 0:
+            memory, r_memory = memory_estimate(True)
+            move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
         if prm.coordinate_resizes and (move_cpu or move_mem):
-            return cpu, memory, ()
+            return cpu, (memory, r_memory), ()
         reasons = []  # a target already equal to the request (no-decrease rule, or by itself) is not "kept"
         if not move_cpu:
             if cpu is not None and cur_cpu and cpu.target != cur_cpu:
@@ -220,7 +236,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                                                  format_memory(req.memory_bytes or 0), memory.target / cur_mem,
                                                  prm.resize_up_fraction, may_lower, since, now_s))
             memory = self._held(memory, cur_mem, None if lim.memory_bytes is None else float(lim.memory_bytes))
-        return cpu, memory, tuple(reasons)
+        return cpu, (memory, r_memory), tuple(reasons)
 
     def _kept_reason(self, name: str, target: str, current: str, ratio: float, up: float, may_lower: bool,
                      since: float | None, now_s: float) -> str:
@@ -245,24 +261,35 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu)
-        memory, reasons = self._memory(state, c_mem, now_s, policy.max_allowed.memory_bytes)
         cpu_floor, memory_floor = prm.pod_min_cpu_millicores / 1000.0 / n, prm.pod_min_memory_mib * MIB / n
-        r_floor = tuple(f"{name}: raised to the minimum {text} (per container, of the pod's minimum)"
-                        for name, est, floor, text in (("cpu", cpu, cpu_floor, _cpu_text(cpu_floor)),
-                                                       ("memory", memory, memory_floor, _memory_text(memory_floor)))
-                        if est is not None and est.target < floor)
-        cpu = None if cpu is None else with_floor(cpu, cpu_floor)
-        memory = None if memory is None else with_floor(memory, memory_floor)
+        cpu, r_cpu_floor = _floored("cpu", cpu, cpu_floor, _cpu_text(cpu_floor))
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
         cur_mem = current.requests.memory_bytes
-        memory, r_mem = self._no_decrease("memory", memory, c_mem, None if cur_mem is None else float(cur_mem))
-        cpu, memory, r_kept = self._resize(state, now_s, current, cpu, memory)
+
+        def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+            est, r_oom = self._memory(state, c_mem, now_s, policy.max_allowed.memory_bytes, refresh=refresh)
+            est, r_floor = _floored("memory", est, memory_floor, _memory_text(memory_floor))
+            est, r_thin = self._no_decrease("memory", est, c_mem, None if cur_mem is None else float(cur_mem))
+            return est, r_oom + r_floor + r_thin
+
+        cpu, (memory, r_memory), r_kept = self._resize(state, now_s, current, cpu, memory_estimate)
+        reasons = r_memory + r_cpu_floor + r_cpu
         missing = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
         known = [c for c, e in ((c_cpu, cpu), (c_mem, memory)) if e is not None]
         confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
-                            reasons=reasons + r_floor + r_cpu + r_mem + r_kept + missing)
+                            reasons=reasons + r_kept + missing)
         return finalize(estimate, policy=policy, current=current)
+
+
+def _floored(name: str, est: ResourceEstimate | None, floor: float,
+             text: str) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+    """``est`` raised to ``floor`` (the per-container share of the pod's minimum), and the reason if it was."""
+    if est is None:
+        return None, ()
+    reasons = (f"{name}: raised to the minimum {text} (per container, of the pod's minimum)",) \
+        if est.target < floor else ()
+    return with_floor(est, floor), reasons
 
 
 def _cpu_text(cores: float) -> str:

@@ -59,6 +59,10 @@ class Rule:
     jump_quantile: float = 0.95
     jump_lookback_h: int = 24
     jump_margin_bounds: tuple[float, float] = (0.02, 0.40)
+    jump_hold: bool = False
+    """With "jump": the margin is held between changes of the limit; a step's target takes the held margin, and
+    only when that target would change the limit is the margin refreshed (and the target taken with it), so a
+    moving margin never changes the limit by itself."""
     half_life_h: float = 48.0
     short_h: int = 48
     short_price_gib_h: float = 400.0
@@ -141,7 +145,9 @@ def _excursion_level(window: FloatArray, margin: float, price: float) -> float |
     return float(levels[np.flatnonzero(cost <= cost.min())[-1]])
 
 
-def _statistic(seen: FloatArray, h: int, rule: Rule) -> float | None:
+def _statistic(seen: FloatArray, h: int, rule: Rule, margin: float | None = None) -> float | None:
+    """The level at step ``h``, to be taken x (1 + rule.margin); ``margin``: the "jump" rule's margin, when the
+    caller holds one."""
     lo = max(0, h - rule.window_h)
     window = seen[lo:h]
     ok = ~np.isnan(window)
@@ -151,7 +157,7 @@ def _statistic(seen: FloatArray, h: int, rule: Rule) -> float | None:
     if rule.peak_hours > 0:
         price = rule.peak_hours * float(window[ok].max())
     if rule.statistic == "jump":  # returned as a level to take x (1 + rule.margin), like the others
-        margin = _jump_margin(seen, h, rule)
+        margin = _jump_margin(seen, h, rule) if margin is None else margin
         level = cost_level(window[ok], margin_fraction=margin, overrun_cost=price)
         return None if level is None else level * (1.0 + margin) / (1.0 + rule.margin)
     if rule.statistic == "excursions":
@@ -174,6 +180,13 @@ def _statistic(seen: FloatArray, h: int, rule: Rule) -> float | None:
     return level
 
 
+def _target(stat: float, limit: float, seen_s: float, bumps: list[tuple[int, float]], h: int, rule: Rule) -> float:
+    """The step's target from its level: x (1 + margin), at least 64 MiB and the live OOM bumps, and not below
+    the limit under a day of readings."""
+    target = max([stat * (1.0 + rule.margin), 64 * MIB] + [b for t, b in bumps if h - rule.oom_window_h <= t + 1 <= h])
+    return limit if seen_s < DAY_S and target < limit else target
+
+
 def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
     """(slack byte-seconds, memory seconds, OOM steps, series-days, memory changes) over the scored steps."""
     n = s.peaks.size
@@ -182,6 +195,7 @@ def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
     limit, since, seen_s = s.provisioned, -(1 << 30), 0.0
     bumps: list[tuple[int, float]] = []
     changes = 0
+    held: float | None = None
     counts = np.bincount(s.step[~np.isnan(s.mem)], minlength=n)
     for h in range(n):
         k = h - 1
@@ -193,12 +207,16 @@ def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
                 if rule.bump_to_window_max:
                     bump = max(bump, float(np.nanmax(seen[max(0, h - rule.window_h):h])) * (1.0 + rule.margin))
                 bumps.append((k, bump))
-        stat = _statistic(seen, h, rule) if seen_s > 0 else None
+        hold = rule.jump_hold and rule.statistic == "jump"
+        stat = _statistic(seen, h, rule, held if hold else None) if seen_s > 0 else None
         if stat is not None:
-            target = max([stat * (1.0 + rule.margin), 64 * MIB]
-                         + [b for t, b in bumps if h - rule.oom_window_h <= t + 1 <= h])
-            if seen_s < DAY_S and target < limit:
-                target = limit
+            target = _target(stat, limit, seen_s, bumps, h, rule)
+            moves = target > limit or (h - since >= rule.dwell_h and target < limit * (1.0 - rule.down_fraction))
+            if hold and (moves or held is None):
+                fresh = _jump_margin(seen, h, rule)
+                if fresh != held:
+                    held = fresh
+                    target = _target(_statistic(seen, h, rule, held) or stat, limit, seen_s, bumps, h, rule)
             if target > limit or (h - since >= rule.dwell_h and target < limit * (1.0 - rule.down_fraction)):
                 new = float(math.ceil(target))
                 if new != limit:
@@ -214,7 +232,8 @@ def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
 
 
 RULES: dict[str, Rule] = {
-    "default since #18 (cost level, 8 d, 24 peak-hours, margin 15%)": Rule(peak_hours=24.0),
+    "fixed margin (cost level, 8 d, 24 peak-hours, margin 15%; the default from #18 to 2026-12-05 evening)": Rule(
+        peak_hours=24.0),
     "per container, 12 peak-hours": Rule(peak_hours=12.0),
     "per container, 48 peak-hours": Rule(peak_hours=48.0),
     "per container, 24 peak-hours, jump margin p95": Rule(peak_hours=24.0, statistic="jump"),
@@ -227,6 +246,17 @@ RULES: dict[str, Rule] = {
     "per container, 24 peak-hours, jump margin p99 in 2%..15%": Rule(peak_hours=24.0, statistic="jump",
                                                                      jump_quantile=0.99,
                                                                      jump_margin_bounds=(0.02, 0.15)),
+    "default since 2026-12-05 evening: 24 peak-hours, jump margin max in 5%..15%, held": Rule(
+        peak_hours=24.0, statistic="jump", jump_quantile=1.0, jump_hold=True, jump_margin_bounds=(0.05, 0.15)),
+    "per container, 24 peak-hours, jump margin p99 in 2%..15%, held": Rule(peak_hours=24.0, statistic="jump",
+                                                                           jump_quantile=0.99, jump_hold=True,
+                                                                           jump_margin_bounds=(0.02, 0.15)),
+    "per container, 24 peak-hours, jump margin p99 in 5%..15%, held": Rule(peak_hours=24.0, statistic="jump",
+                                                                           jump_quantile=0.99, jump_hold=True,
+                                                                           jump_margin_bounds=(0.05, 0.15)),
+    "per container, 24 peak-hours, jump margin p95 in 5%..15%, held": Rule(peak_hours=24.0, statistic="jump",
+                                                                           jump_hold=True,
+                                                                           jump_margin_bounds=(0.05, 0.15)),
     "per container, excursions, 96 peak-hours": Rule(peak_hours=96.0, statistic="excursions"),
     "per container, excursions, 192 peak-hours": Rule(peak_hours=192.0, statistic="excursions"),
     "fleet-wide price 100 GiB-hours (the default before #18)": Rule(),
@@ -255,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=1, help="every K-th series only")
     ap.add_argument("--subset", choices=("odd", "even", "all"), default="odd")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply memory usage and size by this")
+    ap.add_argument("--rules", default="", help="only the rules whose name contains this text")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
     if args.every < 1:
@@ -265,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| rule | mem slack GiB | OOM / series-day | memory changes / series-day |\n|---|---|---|---|")
     with ProcessPoolExecutor(args.workers) as pool:
         for name, rule in RULES.items():
+            if args.rules not in name:
+                continue
             rows = list(pool.map(_one, [(s, rule) for s in series], chunksize=8))
             slack, secs, ooms, days, changes = (sum(r[i] for r in rows) for i in range(5))
             print(f"| {name} | {slack / secs / GIB:.3f} | {ooms / days:.3f} | {changes / days:.3f} |", flush=True)

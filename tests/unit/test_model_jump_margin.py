@@ -56,6 +56,11 @@ def test_missing_hours_and_short_histories() -> None:
     assert margin(np.full(100, np.nan)) is None
     assert margin(np.zeros(100)) is None  # no positive max to rise above
     assert jump_margin(np.ones(10), lookback=24, quantile=0.99, bounds=BOUNDS) is None
+    # A young container, padded with the window's empty slots before its first peak: its first day is not
+    # compared against partial lookbacks (it would give a margin from one day of history).
+    young = np.concatenate([np.full(192, np.nan), 1.01 ** np.arange(25)])
+    assert margin(young) is None
+    assert margin(np.concatenate([np.full(144, np.nan), np.ones(48)])) == 0.02
 
 
 def hourly_memory(values: np.ndarray) -> UsageBatch:
@@ -75,27 +80,61 @@ def memory_target(values: np.ndarray, **params: float) -> int:
     return rec.target.memory_bytes
 
 
-def test_the_strategy_takes_the_per_container_margin_only_when_asked() -> None:
+def test_the_default_margin_is_per_container() -> None:
     flat = np.full(9 * 24, 2 * GIB)
-    assert memory_target(flat) == math.ceil(2 * GIB * 1.15)  # the default: the fixed 15%
-    assert memory_target(flat, memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.02)
+    # The default: the largest rise over the day before (none here), within 5%..15%: the 5% floor.
+    assert memory_target(flat) == math.ceil(2 * GIB * 1.05)
+    assert memory_target(flat, memory_margin_jump_quantile=0.0) == math.ceil(2 * GIB * 1.15)  # the fixed 15%
+    assert memory_target(flat, memory_margin_jump_quantile=0.99,
+                         memory_margin_min_fraction=0.02) == math.ceil(2 * GIB * 1.02)
     # A history that rose 10% a day: 10% above the max (the level chosen is the max: a steady container).
     rising = 2 * GIB * 1.1 ** (np.arange(9 * 24) // 24)
-    assert memory_target(rising, memory_margin_jump_quantile=0.99) == math.ceil(float(rising.max()) * 1.10)
-    # Fewer than 24 hours with a peak and one before them within the lookback: the fixed margin.
-    assert memory_target(flat[:24], memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.15)
-    assert memory_target(flat[:25], memory_margin_jump_quantile=0.99) == math.ceil(2 * GIB * 1.02)
+    assert memory_target(rising) == math.ceil(float(rising.max()) * 1.10)
+    # Fewer than 24 hours with a whole day of peaks before them: the fixed margin.
+    assert memory_target(flat[:47]) == math.ceil(2 * GIB * 1.15)
+    assert memory_target(flat[:48]) == math.ceil(2 * GIB * 1.05)
+
+
+def test_the_margin_is_held_until_the_memory_target_moves() -> None:
+    # Jumps hour over hour (lookback 1 h), p95: a flat history gets the 2% floor.
+    strategy = get_strategy("podtailor", memory_margin_jump_quantile=0.95, memory_jump_lookback_s=HOUR,
+                            memory_margin_min_fraction=0.02)
+    state = strategy.new_state()
+    assert isinstance(state, PodtailorState)
+    hours = 9 * 24
+    state.add(hourly_memory(np.full(hours, 2 * GIB)))
+    first = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
+    assert first.target.memory_bytes == math.ceil(2 * GIB * 1.02) and state.memory_margin == 0.02
+    applied = CurrentResources(requests=first.target, limits=first.limits)
+
+    def after(values: np.ndarray, offset_h: int) -> tuple[int | None, float | None]:
+        ts = NOW + HOUR * (offset_h + np.arange(values.size, dtype=np.float64))
+        state.add(UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(values.size, 0.1)),
+                             cpu_interval_s=HOUR, memory_peak_bytes=Samples(timestamps_s=ts, values=values),
+                             memory_interval_s=HOUR))
+        rec = strategy.recommend(state, now_s=float(ts[-1]) + HOUR, policy=ContainerPolicy(), current=applied)
+        return rec.target.memory_bytes, state.memory_margin
+
+    # Two days of hourly dips to 1.8 GiB: every return to 2 GiB rises 11%, so the fresh margin would be 11%
+    # and the target 2.22 GiB, a rise, applied at once. The level (2 GiB) has not moved: the held 2% stays.
+    dips = np.where(np.arange(48) % 2 == 0, 1.8 * GIB, 2 * GIB)
+    assert after(dips, 1) == (applied.requests.memory_bytes, 0.02)
+    # A new top (2.1 GiB) moves the target: the margin is refreshed with it (11%, from the dips' returns).
+    target, held = after(np.array([2.1 * GIB]), 49)
+    assert held == pytest.approx(2 / 1.8 - 1)
+    assert target == math.ceil(2.1 * GIB * (1 + held))
 
 
 def test_a_zero_fixed_margin_is_still_allowed_without_the_jump_margin() -> None:
     flat = np.full(9 * 24, 2 * GIB)
-    assert memory_target(flat, memory_margin_fraction=0.0) == math.ceil(2 * GIB)
+    assert memory_target(flat, memory_margin_fraction=0.0, memory_margin_jump_quantile=0.0) == math.ceil(2 * GIB)
 
 
 @pytest.mark.parametrize("params", [{"memory_margin_jump_quantile": 1.5},
                                     {"memory_margin_jump_quantile": math.nan},
                                     {"memory_margin_jump_quantile": 0.99, "memory_margin_min_fraction": 0.2},
                                     {"memory_margin_jump_quantile": 0.99, "memory_margin_fraction": 0.0},
+                                    {"memory_margin_fraction": 0.04},  # below the default jump floor, 5%
                                     {"memory_margin_min_fraction": -0.01},
                                     {"memory_jump_lookback_s": 60.0}])
 def test_bad_margin_settings_are_refused(params: dict[str, float]) -> None:

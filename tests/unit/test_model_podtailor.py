@@ -63,9 +63,9 @@ def test_constant_cpu_target() -> None:
     # 0.5 core in 2% buckets of first width 1m: upper edge in [0.5, 0.5 x 1.02 + 0.001 = 0.511], x1.10 margin
     # -> [550m, 562.1m].
     assert rec.target.cpu_millicores is not None and 550 <= rec.target.cpu_millicores <= 563
-    # Memory "cost" class: every hour at 5e8, so the level is that peak: 5e8 x 1.15 = 575e6 exactly (slot
-    # maxima are kept exact, not bucketed).
-    assert rec.target.memory_bytes == 575_000_000
+    # Memory "cost" class: every hour at 5e8, so the level is that peak; no hour rises above the day before
+    # it, so the jump margin is its 5% floor: 5e8 x 1.05 = 525e6 exactly (slot maxima are exact, not bucketed).
+    assert rec.target.memory_bytes == 525_000_000
 
 
 def test_throttling_raises_recorded_usage() -> None:
@@ -87,9 +87,13 @@ def test_cost_level_worked_numbers() -> None:
     assert cost_level(np.array([np.nan]), margin_fraction=0.15, overrun_cost=1.0) is None
 
 
-ABSOLUTE: dict[str, float] = {"cpu_over_request_cost_ratio": 0.0, "memory_oom_cost_peak_hours": 0.0}
-"""The fleet-wide prices, 1 core per unit share over the request and 100 GiB-hours per OOM (the default
-before #18)."""
+FIXED_MARGIN: dict[str, float] = {"memory_margin_jump_quantile": 0.0}
+"""The fixed 15% memory margin (the default before the held jump margin), so that worked numbers are the
+statistic's alone."""
+ABSOLUTE: dict[str, float] = {"cpu_over_request_cost_ratio": 0.0, "memory_oom_cost_peak_hours": 0.0,
+                              **FIXED_MARGIN}
+"""The fleet-wide prices, 1 core per unit share over the request and 100 GiB-hours per OOM, with the fixed
+margin (the default before #18)."""
 
 
 def test_memory_cost_class_sizes_large_containers_below_rare_peaks() -> None:
@@ -113,13 +117,14 @@ def test_memory_oom_tolerance_classes() -> None:
     mem = np.array([8e8] * 2 + [2e8] * 40 + [1e8] * 150)  # hourly peaks, 8 days, oldest first
     data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
                       memory_peak_bytes=series(mem, HOUR), memory_interval_s=HOUR)
-    minimal = run(get_strategy("podtailor", memory_oom_tolerance="minimal"), data).target.memory_bytes
+    minimal = run(get_strategy("podtailor", memory_oom_tolerance="minimal", **FIXED_MARGIN), data).target.memory_bytes
     assert minimal == 920_000_000  # max 8e8 x 1.15
-    low = run(get_strategy("podtailor", memory_oom_tolerance="low"), data).target.memory_bytes
+    low = run(get_strategy("podtailor", memory_oom_tolerance="low", **FIXED_MARGIN), data).target.memory_bytes
     # p98 of decayed hourly peaks lands in the 2e8 group (the 8e8 peaks are the newest, about 1% of weight
     # each... their share of decayed weight is small): upper edge <= 2e8 x 1.02 + 1 MiB, x1.15.
     assert low is not None and 2e8 * 1.15 <= low <= (2e8 * 1.02 + MIB) * 1.15
-    inter = run(get_strategy("podtailor", memory_oom_tolerance="intermediate"), data).target.memory_bytes
+    inter = run(get_strategy("podtailor", memory_oom_tolerance="intermediate", **FIXED_MARGIN),
+                data).target.memory_bytes
     # max(p60 in the 1e8 bucket, 0.5 x 8e8 = 4e8) = 4e8 x 1.15 = 460e6.
     assert inter == 460_000_000
 
@@ -231,8 +236,8 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
 
 
 def test_cpu_grows_only_beyond_its_up_band() -> None:
-    data = hourly(192, 0.5, 5e8)  # CPU target in [550m, 563m] (test_constant_cpu_target); memory 575e6
-    mem = 575_000_000  # memory at its target: it does not move, so CPU decides alone
+    data = hourly(192, 0.5, 5e8)  # CPU target in [550m, 563m] (test_constant_cpu_target); memory 525e6
+    mem = 525_000_000  # memory at its target: it does not move, so CPU decides alone
 
     def cpu_after(request_m: int, **overrides: float) -> int | None:
         current = CurrentResources(requests=Resources(cpu_millicores=request_m, memory_bytes=mem))
@@ -266,12 +271,12 @@ def test_a_target_raised_to_the_pod_minimum_says_so() -> None:
 
 
 def test_resizes_are_coordinated() -> None:
-    data = hourly(48, 1.0, 1e8)  # CPU target about 1.1 cores; memory target 1e8 x 1.15 = 115e6
-    # CPU must rise (500m -> ~1.1 cores); memory (125e6) sits inside its band (target/request = 0.92 > 0.8).
+    data = hourly(48, 1.0, 1e8)  # CPU target about 1.1 cores; memory 1e8 x 1.05 = 105e6 (flat: the 5% margin)
+    # CPU must rise (500m -> ~1.1 cores); memory (125e6) sits inside its band (target/request = 0.84 > 0.8).
     current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=125_000_000))
     both = run(get_strategy("podtailor"), data, current=current)
     # Coordinated: the resize happens anyway, so memory takes its fresh target in the same update.
-    assert both.target.memory_bytes == 115_000_000 and (both.target.cpu_millicores or 0) >= 1100
+    assert both.target.memory_bytes == 105_000_000 and (both.target.cpu_millicores or 0) >= 1100
     alone = run(get_strategy("podtailor", coordinate_resizes=False), data, current=current)
     assert alone.target.memory_bytes == 125_000_000 and (alone.target.cpu_millicores or 0) >= 1100
 
@@ -463,7 +468,7 @@ def test_cpu_cost_parameter_is_checked() -> None:
 
 
 SCALE_FREE: dict[str, float] = {"cpu_over_request_cost_ratio": 1.2, "memory_oom_cost_peak_hours": 12.0,
-                                "pod_min_cpu_millicores": 0.01, "pod_min_memory_mib": 0.01}
+                                "pod_min_cpu_millicores": 0.01, "pod_min_memory_mib": 0.01, **FIXED_MARGIN}
 
 
 def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> None:
@@ -471,14 +476,14 @@ def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> N
     # the two top hours uncovered costs 12 x 8s x 2/192 = 1.0s and saves (8s - 2s) x 1.15 = 6.9s; leaving the
     # 2x hours too costs 12 x 8s x 42/192 = 21s for 1.15s more saved: the 2x level, 2s x 1.15, at every s.
     shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)
-    # The default, 24 peak-hours, is the same here (2.0s against 6.9s, then 42s against 1.15s) above its
-    # 64 MiB floor.
-    for strategy, scales in ((get_strategy("podtailor", **SCALE_FREE), (1e7, 1e8, 1e10)),
-                             (get_strategy("podtailor"), (1e8, 1e10))):
+    # The default, 24 peak-hours, is the same here (2.0s against 6.3s, then 42s against 1.05s) above its
+    # 64 MiB floor, with its jump margin: the peaks only fall, so its 5% floor.
+    for strategy, scales, margin in ((get_strategy("podtailor", **SCALE_FREE), (1e7, 1e8, 1e10), 1.15),
+                                     (get_strategy("podtailor"), (1e8, 1e10), 1.05)):
         for scale in scales:
             data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
                               memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
-            assert run(strategy, data).target.memory_bytes == pytest.approx(2 * scale * 1.15, rel=1e-6)
+            assert run(strategy, data).target.memory_bytes == pytest.approx(2 * scale * margin, rel=1e-6)
     # The fleet-wide price is not: at 1e8 it covers the two top hours (100 GiB-hours is 13 times those peaks).
     assert run(get_strategy("podtailor", **ABSOLUTE), UsageBatch(
         cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR, memory_peak_bytes=series(shape * 1e8, HOUR),

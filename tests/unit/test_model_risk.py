@@ -71,7 +71,7 @@ def test_risk_divides_both_prices() -> None:
     assert targets(recommend(bursty(), risk=4.0)) == targets(default_quarter)
     assert targets(default_quarter)[1] < targets(recommend(bursty()))[1]  # worked numbers below
     # Per container: CPU 3 x p95 (1 core) drops the bursts (0.6 < 0.88 cores saved), 6 keeps them (1.2);
-    # memory 8 x the 4 GiB peak = 32 GiB-hours drops the top hours (1.67 < 2.3 GiB), 16 keeps them (3.33).
+    # memory 8 x the 4 GiB peak = 32 GiB-hours drops the top hours (1.67 < 2.1 GiB), 16 keeps them (3.33).
     ratio = {"cpu_over_request_cost_ratio": 3.0, "memory_oom_cost_peak_hours": 8.0}
     doubled = recommend(bursty(), cpu_over_request_cost_ratio=6.0, memory_oom_cost_peak_hours=16.0)
     assert targets(recommend(bursty(), risk=0.5, **ratio)) == targets(doubled)
@@ -85,16 +85,17 @@ def test_worked_numbers_on_a_bursty_history() -> None:
     saves (1.0 - 0.2) x 1.10 = 0.88 cores and costs 2.04 / risk x 0.2 = 0.41 / risk, so they are dropped once
     risk > 0.46: risks 0.05 and 0.25 keep the p95 cap's level, the burst, 1.0 x 1.10 = 1100m (+2% + 1m of bucket
     edge: <= 1124m); from 0.5 on the request is 0.2 x 1.10 = 220m (<= 226m). Memory: the price is 24 x the
-    4 GiB peak = 96 GiB-hours; dropping the 10 top hours of n = 192 or 193 saves 2 GiB x 1.15 = 2.3 GiB and
-    costs (96 / risk) x 10 / n GiB: kept up to risk 2 (2.49 GiB), dropped at 4 (1.24 GiB): 4 GiB x 1.15 then
-    2 GiB x 1.15 (slot maxima are exact; rounded up once to a byte). The fleet-wide prices (1 core, 100
+    4 GiB peak = 96 GiB-hours; dropping the 10 top hours of n = 192 or 193 saves 2 GiB x 1.05 = 2.1 GiB and
+    costs (96 / risk) x 10 / n GiB: kept up to risk 2 (2.49 GiB), dropped at 4 (1.24 GiB): 4 GiB x 1.05 then
+    2 GiB x 1.05 (slot maxima are exact; rounded up once to a byte). The margin is the jump margin's 5% floor:
+    every day holds a 4 GiB hour, so no hour rises above the day before it. The fleet-wide prices (1 core, 100
     GiB-hours) give the same memory targets and drop the CPU bursts from risk 0.25 on (0.2 / 0.88 = 0.227)."""
     cpu = {r: targets(recommend(bursty(), risk=r))[0] for r in RISKS}
     memory = {r: targets(recommend(bursty(), risk=r))[1] for r in RISKS}
     assert all(1100 <= cpu[r] <= 1124 for r in RISKS if r <= 0.25)
     assert all(220 <= cpu[r] <= 226 for r in RISKS if r >= 0.5)
-    assert all(memory[r] == math.ceil(4 * GIB * 1.15) for r in RISKS if r <= 2)
-    assert all(memory[r] == math.ceil(2 * GIB * 1.15) for r in RISKS if r >= 4)
+    assert all(memory[r] == math.ceil(4 * GIB * 1.05) for r in RISKS if r <= 2)
+    assert all(memory[r] == math.ceil(2 * GIB * 1.05) for r in RISKS if r >= 4)
     absolute = {r: targets(recommend(bursty(), **ABSOLUTE, risk=r)) for r in RISKS}
     assert 1100 <= absolute[0.05][0] <= 1124 and all(220 <= absolute[r][0] <= 226 for r in RISKS[1:])
     assert all(absolute[r][1] == memory[r] for r in RISKS)
