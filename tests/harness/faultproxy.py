@@ -16,8 +16,9 @@ passes through untouched: it is only TCP), and a mode the test switches at any t
   shape of a server that is restarting behind a load balancer that queues.
 - ``RESET``: every open connection is closed with RST (SO_LINGER 0), and so is every new one.
 
-Counters (bytes forwarded each way, connections accepted, the monotonic time of the last byte forwarded
-upstream) let a drill prove that nothing from a client reached the server after some instant.
+Counters (bytes let through each way, counted when the route lets them through, connections accepted, the
+monotonic time of the last byte let through upstream) let a drill prove that nothing from a client reached the
+server after some instant.
 """
 
 from __future__ import annotations
@@ -187,17 +188,19 @@ class FaultProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                # Decided and counted under the lock that ``set_mode`` takes: bytes read before a cut but
+                # checked after it are dropped, and bytes let through are counted before ``set_mode(DROP)``
+                # returns, so a drill's counters taken after the cut never grow by bytes of before it (they did,
+                # by one 517-byte request, when the count followed the send).
                 with self._lock:
-                    dead = conn.dead
-                if dead or dst is None:
-                    continue
-                dst.sendall(data)
-                with self._lock:
+                    if conn.dead or dst is None:
+                        continue
                     if up:
                         self._bytes_up += len(data)
                         self._last_up = time.monotonic()
                     else:
                         self._bytes_down += len(data)
+                dst.sendall(data)
         except (OSError, ValueError):
             pass
         self._close(conn)
