@@ -187,6 +187,11 @@ def _target(stat: float, limit: float, seen_s: float, bumps: list[tuple[int, flo
     return limit if seen_s < DAY_S and target < limit else target
 
 
+def _moves(target: float, limit: float, since_h: int, rule: Rule) -> bool:
+    """Whether the target changes the limit: any rise, or a fall past the band once the dwell is over."""
+    return target > limit or (since_h >= rule.dwell_h and target < limit * (1.0 - rule.down_fraction))
+
+
 def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
     """(slack byte-seconds, memory seconds, OOM steps, series-days, memory changes) over the scored steps."""
     n = s.peaks.size
@@ -211,13 +216,12 @@ def simulate(s: Series, rule: Rule) -> tuple[float, float, int, int, int]:
         stat = _statistic(seen, h, rule, held if hold else None) if seen_s > 0 else None
         if stat is not None:
             target = _target(stat, limit, seen_s, bumps, h, rule)
-            moves = target > limit or (h - since >= rule.dwell_h and target < limit * (1.0 - rule.down_fraction))
-            if hold and (moves or held is None):
+            if hold and (_moves(target, limit, h - since, rule) or held is None):
                 fresh = _jump_margin(seen, h, rule)
                 if fresh != held:
                     held = fresh
                     target = _target(_statistic(seen, h, rule, held) or stat, limit, seen_s, bumps, h, rule)
-            if target > limit or (h - since >= rule.dwell_h and target < limit * (1.0 - rule.down_fraction)):
+            if _moves(target, limit, h - since, rule):
                 new = float(math.ceil(target))
                 if new != limit:
                     changes += h >= s.first_scored
