@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from recommender.kube.cluster import Workload
 from recommender.kube.vpa_objects import RISK_ANNOTATION, TargetRef, VpaConfigError, VpaSpec, parse_vpa
 from recommender.kube.vpa_status import build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
-from recommender.model.types import ContainerKey, ContainerState, Recommendation, Strategy, UsageBatch
+from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
 from recommender.sources.errors import PartialSourceError
 
 log = logging.getLogger("podtailor.recommender")
@@ -185,19 +185,32 @@ class RecommenderEngine:
             for e in entries:
                 start = e.history_until_s if e.history_until_s is not None else end_s - self.config.history_s
                 groups.setdefault(start, []).append(e)
+            reads = []  # every group's new samples are folded in first: the fleet's sizes need them all
+            for start, members in sorted(groups.items()):
+                batches, failed, message = self._read(start, end_s, members)
+                for m in members:
+                    if m.spec.namespace not in failed:
+                        self._fold(m, batches)
+                reads.append((members, failed, message))  # the batches themselves are not kept
+            fleet = self.strategy.fleet_scale([st for e in entries for st in e.states.values()], now_s)
             written = stale = 0
             recs: dict[tuple[str, str, str], Recommendation] = {}
-            for start, members in sorted(groups.items()):
-                w, s = self._run_group(start, end_s, now_s, members, recs)
-                written, stale = written + w, stale + s
+            for members, failed, message in reads:
+                for m in members:
+                    if m.spec.namespace in failed:
+                        stale += self._stale(m, message)
+                    else:
+                        written += self._serve(m, end_s, now_s, recs, fleet)
         self.metrics.vpas_served.set(len(entries))
         return PassReport(served=len(entries), written=written, stale=stale, unsupported=unsupported,
                           recommendations=recs)
 
-    def _run_group(self, start_s: float, end_s: float, now_s: float, members: list[Served],
-                   recs: dict[tuple[str, str, str], Recommendation]) -> tuple[int, int]:
+    def _read(self, start_s: float, end_s: float,
+              members: list[Served]) -> tuple[Mapping[ContainerKey, UsageBatch], frozenset[str], str]:
+        """The group's new samples, the namespaces that could not be read, and why."""
         namespaces = sorted({m.spec.namespace for m in members})
         failed: frozenset[str] = frozenset(namespaces)
+        message = ""
         try:
             batches, failed = self.source.history(namespaces, start_s, end_s), frozenset()
         except PartialSourceError as err:  # some namespaces read in full: serve those, the rest stays stale
@@ -208,36 +221,37 @@ class RecommenderEngine:
             self.metrics.source_failures.inc()
             log.warning("usage source failed; keeping the last recommendations",
                         extra={"namespaces": len(failed), "error": message})
-        written = stale = 0
-        for m in members:
-            if m.spec.namespace in failed:
-                if self.store.update_vpa_status(m.spec, lambda status, m=m: stale_status(
-                        status, m.spec.generation, message)):
-                    self._event(m.spec, "UsageHistoryUnavailable", f"{message}; the last recommendation is kept",
-                                warning=True)
-                stale += 1
-            else:
-                written += self._serve(m, batches, end_s, now_s, recs)
-        return written, stale
+        return batches, failed, message
 
-    def _serve(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch], end_s: float, now_s: float,
-               recs: dict[tuple[str, str, str], Recommendation]) -> int:
+    def _stale(self, m: Served, message: str) -> int:
+        if self.store.update_vpa_status(m.spec, lambda status: stale_status(status, m.spec.generation, message)):
+            self._event(m.spec, "UsageHistoryUnavailable", f"{message}; the last recommendation is kept",
+                        warning=True)
+        return 1
+
+    def _fold(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch]) -> None:
+        """The new samples into each container's state (a new state for a container seen the first time)."""
         spec, workload = entry.spec, entry.workload
-        strategy = self._strategy_for(entry)
-        out: dict[str, Recommendation] = {}
         for c in workload.containers:
             key = ContainerKey(namespace=spec.namespace, workload_kind=workload.kind, workload_name=workload.name,
                                container=c.name)
             state = entry.states.get(c.name)
             if state is None:
-                state = entry.states[c.name] = strategy.new_state()
+                state = entry.states[c.name] = self.strategy.new_state()
             batch = batches.get(key)
             if batch is not None:
                 state.add(batch)
-            policy = spec.policy_for(c.name, len(workload.containers))
+
+    def _serve(self, entry: Served, end_s: float, now_s: float, recs: dict[tuple[str, str, str], Recommendation],
+               fleet: FleetScale | None) -> int:
+        spec, workload = entry.spec, entry.workload
+        strategy = self._strategy_for(entry)
+        out: dict[str, Recommendation] = {}
+        for c in workload.containers:
+            policy = replace(spec.policy_for(c.name, len(workload.containers)), fleet=fleet)
             if policy.mode_off:
                 continue
-            rec = strategy.recommend(state, now_s=now_s, policy=policy, current=c.current)
+            rec = strategy.recommend(entry.states[c.name], now_s=now_s, policy=policy, current=c.current)
             if rec.target.cpu_millicores is not None or rec.target.memory_bytes is not None:
                 out[c.name] = rec
                 recs[(spec.namespace, spec.name, c.name)] = rec

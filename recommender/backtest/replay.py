@@ -19,15 +19,18 @@ counted). Missing memory samples
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from podtailor.resources import CurrentResources, Resources
 from recommender.backtest.trace import Series
+from recommender.model.common import fleet_from_samples
 from recommender.model.types import (
     ContainerPolicy,
     ContainerState,
+    FleetScale,
     FloatArray,
     OomKill,
     Recommendation,
@@ -53,6 +56,9 @@ class ReplayConfig:
     """Start memory limit:request ratio (1 = Guaranteed memory, request = limit = provisioned)."""
     max_gap_steps: float = 2.0
     """A sample stands for the time to the next one, at most this many nominal sampling intervals."""
+    fleet: FleetScale | None = None
+    """The fleet's reference sizes every replayed container is recommended with (``ContainerPolicy.fleet``);
+    the runner sets it from the series' first day (``fleet_of``) when it is None."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +101,17 @@ class Plan:
     memory_request: FloatArray
     memory_limit: FloatArray
     changed: FloatArray
+
+
+def fleet_of(series: Iterable[Series], cfg: ReplayConfig) -> FleetScale | None:
+    """The fleet's reference sizes as a recommender would know them once the warm-up is over
+    (``fleet_from_samples`` over each series' samples in its warm-up, at least its first hour), so no series'
+    scored steps are seen. Scaling every series by F scales both by F (why a fleet-relative price is
+    scale-free). None without any sample."""
+    def warm(s: Series) -> tuple[FloatArray, FloatArray | None]:
+        w = s.timestamps_s < s.timestamps_s[0] + max(cfg.warmup_s, 3600.0)
+        return s.cpu_cores[w], None if s.memory_bytes is None else s.memory_bytes[w]
+    return fleet_from_samples(warm(s) for s in series if len(s))
 
 
 def start_resources(series: Series, grid: Grid, cfg: ReplayConfig) -> CurrentResources:
@@ -175,7 +192,7 @@ def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | N
            policy: ContainerPolicy | None = None) -> Plan:
     """Replay ``series`` online under ``strategy`` (module docstring); the applied values per step."""
     grid = grid or make_grid(series, cfg)
-    policy = policy or ContainerPolicy()
+    policy = policy or ContainerPolicy(fleet=cfg.fleet)
     n = grid.steps
     out = np.empty((5, n), dtype=np.float64)
     cur = start_resources(series, grid, cfg)

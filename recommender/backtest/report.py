@@ -17,12 +17,15 @@ CPU minutes over the request (CPU), one point per strategy per subset.
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from podtailor.units import format_cpu, format_memory
 from recommender.backtest.runner import ORACLE, ORACLE_BUDGET, REFERENCES, SUBSETS, BacktestResult
 from recommender.backtest.scoring import Metrics
 
@@ -93,7 +96,7 @@ def to_json(result: BacktestResult, default: str = "podtailor") -> dict[str, Any
         "columns": result.read_stats.columns, "rows_read": result.read_stats.rows,
         "rows_dropped": result.read_stats.dropped_rows, "series_read": result.read_stats.series,
         "series_unscored": dict(result.unscored),
-        "config": {k: getattr(result.config, k) for k in result.config.__dataclass_fields__},
+        "config": asdict(result.config),
         "strategies": {s.key: {"name": s.name, "overrides": dict(s.overrides), "parameters": s.parameters()}
                        for s in result.strategies},
         "subsets": {sub: {name: m.to_dict() for name, m in per[sub].items()} for sub in SUBSETS},
@@ -157,6 +160,11 @@ def print_report(result: BacktestResult, console: Console, default: str = "podta
                 console.print(f"goals for {default} vs {g['baseline']} ({sub}): " + ", ".join(
                     f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in g.items()
                     if k not in ("strategy", "baseline")))
+    fleet = result.config.fleet
+    if fleet is not None:
+        console.print(f"fleet (the prices relative to it, from every series' warm-up): mean CPU p95 "
+                      f"{format_cpu(math.ceil(fleet.cpu_cores * 1000.0))}, mean memory peak "
+                      f"{format_memory(math.ceil(fleet.memory_bytes / 2**20) * 2**20)}")
     console.print(f"{result.series_days_per_s():.1f} series-days replayed per second ({result.elapsed_s:.1f} s)")
 
 

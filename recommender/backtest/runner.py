@@ -17,7 +17,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import numpy as np
 
 from podtailor.resources import CurrentResources
 from recommender.backtest.budget import BudgetParams, oracle_budget
-from recommender.backtest.replay import ReplayConfig, make_grid, oracle, replay
+from recommender.backtest.replay import ReplayConfig, fleet_of, make_grid, oracle, replay
 from recommender.backtest.scoring import Metrics, Totals, metrics, score
 from recommender.backtest.trace import ReadStats, Series, TraceColumns, read_trace
 from recommender.model.registry import get_strategy
@@ -157,10 +157,13 @@ def run_series(series: Iterable[Series], specs: list[StrategySpec], cfg: ReplayC
         if spec.name == ORACLE_BUDGET and spec.budget_params().baseline not in names:
             raise ValueError(f"{ORACLE_BUDGET} needs its baseline {spec.budget_params().baseline!r} "
                              "among the strategies")
+    started = time.perf_counter()
+    chosen: Iterable[Series] = series if limit is None else islice(series, max(limit, 0))  # stops after the N-th
+    if cfg.fleet is None:  # the fleet's sizes from every series' warm-up: the series are read first
+        chosen = list(chosen)
+        cfg = replace(cfg, fleet=fleet_of(chosen, cfg))
     result = BacktestResult(strategies=specs, config=cfg, source=source, read_stats=stats or ReadStats())
     result.totals = {sub: {spec.key: Totals() for spec in specs} for sub in SUBSETS}
-    started = time.perf_counter()
-    chosen = series if limit is None else islice(series, max(limit, 0))  # stops reading after the N-th
     for position, (sid, per) in enumerate(_results(chosen, specs, cfg, workers), start=1):
         reason = UNSCORED_SHORT if not per else UNSCORED_WARMUP if all(t.series == 0 for t in per.values()) else None
         if reason is not None:
@@ -179,6 +182,9 @@ def run_trace(path: Path, specs: list[StrategySpec], cfg: ReplayConfig, *, colum
               workers: int = 1, limit: int | None = None) -> BacktestResult:
     """Backtest a tidy trace CSV (see ``recommender.backtest.trace``), streamed series by series."""
     stats = ReadStats()
+    if cfg.fleet is None:  # a first read for the fleet's sizes, so the replay still streams
+        first = read_trace(path, columns)
+        cfg = replace(cfg, fleet=fleet_of(first if limit is None else islice(first, max(limit, 0)), cfg))
     series = read_trace(path, columns, stats=stats)
     return run_series(series, specs, cfg, workers=workers, limit=limit, source=str(path), stats=stats)
 

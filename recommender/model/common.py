@@ -10,13 +10,13 @@ zero lower), and VPA's OOM bump max(used + 100 MiB, used x 1.2).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from recommender.model.types import HistoryPlan, Samples, UsageBatch
+from recommender.model.types import ContainerState, FleetScale, FloatArray, HistoryPlan, Samples, UsageBatch
 
 DAY_S = 86400.0
 MIB = 1024 * 1024
@@ -129,3 +129,27 @@ class StrategyBase(Generic[P, S]):
     def history_plan(self) -> HistoryPlan:
         """Everything at full resolution unless the strategy says what it weighs less."""
         return HistoryPlan()
+
+    def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
+        """None: prices nothing relative to the fleet (strategies that do override it)."""
+        return None
+
+
+def fleet_from_samples(containers: Iterable[tuple[FloatArray, FloatArray | None]]) -> FleetScale | None:
+    """A ``FleetScale`` from raw samples, per container (CPU cores, memory bytes or None): the mean over
+    containers of the p95 of their CPU samples and of the largest of their memory samples (non-finite ones
+    skipped). None without any sample."""
+    cpu: list[float] = []
+    memory: list[float] = []
+    for cores, memory_bytes in containers:
+        c = cores[np.isfinite(cores)]
+        if c.size:
+            cpu.append(float(np.percentile(c, 95)))
+        if memory_bytes is not None:
+            m = memory_bytes[np.isfinite(memory_bytes)]
+            if m.size:
+                memory.append(float(m.max()))
+    if not cpu and not memory:
+        return None
+    return FleetScale(cpu_cores=float(np.mean(cpu)) if cpu else 0.0,
+                      memory_bytes=float(np.mean(memory)) if memory else 0.0)

@@ -9,7 +9,13 @@ containers get low percentiles, flat ones high ones); the price is per container
 ``cpu_over_request_cost_ratio`` x its own p95 (with the ratio at 0, ``cpu_over_request_cost_cores`` for the
 whole fleet), between
 ``cpu_min_request_percentile`` and ``cpu_max_request_percentile``; both prices (CPU and OOM) are divided by
-the risk setting ``risk`` (1 by default). The fast histogram's F is p85
+the risk setting ``risk`` (1 by default). When the caller says what fleet the container is in
+(``ContainerPolicy.fleet``, a ``FleetScale``: the engine, the report and the backtest do), both prices are in
+units of the fleet's mean size instead (``cpu_over_request_cost_fleet_ratio`` x the fleet's mean p95,
+``memory_oom_cost_fleet_hours`` x its mean peak, at least ``memory_oom_cost_min_peak_hours`` of the container's
+own peak): every container pays the same for an overrun, so one larger
+than the fleet's mean takes more of the risk, where it saves the most, and the same fleet at another size gets
+the same policy (``fleet_scale`` computes the fleet from the states). The fast histogram's F is p85
 (``cpu_request_percentile``; with ``cpu_over_request_budget`` > 0 calibrated per container to a budget of
 time over the request, ``PodtailorState.calibrate``; with the price at 0 that F is the slow one's too);
 bounds p50/p95 x
@@ -21,8 +27,9 @@ within 5%..15% (``peaks.jump_margin``), held between memory moves so that it nev
 15% under two days of history. The default "cost" class takes, from the
 hourly peaks of the last 8 days, the level that minimises provisioned memory plus the price of an OOM x the
 share of hours above it (``peaks.cost_level``): the max for steady containers, below rare top hours for spiky
-ones. The price is per container, ``memory_oom_cost_peak_hours`` x its own largest peak in the window (with it
-at 0, ``memory_oom_cost_gib_hours`` for the whole fleet), so the choice does not depend on the size (#18).
+ones. The price is relative to the fleet (above), else per container, ``memory_oom_cost_peak_hours`` x its own
+largest peak in the window (with it at 0, ``memory_oom_cost_gib_hours`` for the whole fleet), so the choice does
+not depend on the size of the fleet (#18).
 Autopilot's classes remain (p98 of peaks, max peak over
 8 days, or max(p60, 0.5 max)). The target is floored by recent OOM bumps capped at maxAllowed (the bump never
 enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
@@ -39,14 +46,14 @@ either way); when neither moves, both keep their current request and limit. Para
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import numpy as np
 
 from podtailor.resources import CurrentResources
 from podtailor.units import format_cpu, format_memory
-from recommender.model.common import GIB, MIB, StrategyBase, lower_multiplier, upper_multiplier
+from recommender.model.common import GIB, MIB, StrategyBase, fleet_from_samples, lower_multiplier, upper_multiplier
 from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
 from recommender.model.policy import (
@@ -57,7 +64,7 @@ from recommender.model.policy import (
     no_recommendation,
     with_floor,
 )
-from recommender.model.types import ContainerPolicy, ContainerState, HistoryPlan, Recommendation
+from recommender.model.types import ContainerPolicy, ContainerState, FleetScale, HistoryPlan, Recommendation
 
 _LIMIT_RULES = {"percentile": LimitRule.EXPLICIT, "proportional": LimitRule.PROPORTIONAL, "none": LimitRule.NONE}
 
@@ -87,12 +94,29 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         fast = state.cpu_fast.percentile(p) if self.params.cpu_fast_half_life_s > 0 else None
         return _max_opt(state.cpu.percentile(p), fast)
 
-    def _cpu(self, state: PodtailorState, c: float) -> ResourceEstimate | None:
+    def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
+        """The mean over ``states`` (those with history) of their slow CPU histogram's p95
+        (``cpu_upper_percentile``) and of their largest hourly memory peak in the window: the sizes the fleet
+        prices are in units of (``cpu_over_request_cost_fleet_ratio``, ``memory_oom_cost_fleet_hours``)."""
+        prm = self.params
+        cpu: list[float] = []
+        memory: list[float] = []
+        for state in states:
+            if isinstance(state, PodtailorState):
+                p95 = state.cpu.percentile(prm.cpu_upper_percentile)
+                peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
+                cpu.append(math.nan if p95 is None else p95)
+                memory.append(math.nan if peak is None else peak)
+        return fleet_from_samples([(np.array([c]), np.array([m])) for c, m in zip(cpu, memory, strict=True)])
+
+    def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None) -> ResourceEstimate | None:
         prm = self.params
         level = state.cpu_level if prm.cpu_over_request_budget > 0 else prm.cpu_request_percentile
         slow_level = level
         price = prm.cpu_over_request_cost_cores
-        if prm.cpu_over_request_cost_ratio > 0:
+        if prm.cpu_over_request_cost_fleet_ratio > 0 and fleet is not None and fleet.cpu_cores > 0:
+            price = prm.cpu_over_request_cost_fleet_ratio * fleet.cpu_cores
+        elif prm.cpu_over_request_cost_ratio > 0:
             price = prm.cpu_over_request_cost_ratio * (state.cpu.percentile(prm.cpu_upper_percentile) or 0.0)
         price /= prm.risk
         if price > 0:
@@ -134,7 +158,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         state.memory_margin = prm.memory_margin_fraction if margin is None else margin
         return state.memory_margin
 
-    def _memory_statistic(self, state: PodtailorState, now_s: float, margin_fraction: float) -> float | None:
+    def _memory_statistic(self, state: PodtailorState, now_s: float, margin_fraction: float,
+                          fleet: FleetScale | None) -> float | None:
         prm = self.params
         peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
         if prm.memory_oom_tolerance == "low":
@@ -142,9 +167,13 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if prm.memory_oom_tolerance == "cost":
             peaks = np.array(state.memory_max.values(now_s=now_s, window_s=prm.memory_max_window_s))
             price = prm.memory_oom_cost_gib_hours * GIB
-            if prm.memory_oom_cost_peak_hours > 0:
-                finite = peaks[np.isfinite(peaks)]
-                price = prm.memory_oom_cost_peak_hours * (float(finite.max()) if finite.size else 0.0)
+            finite = peaks[np.isfinite(peaks)]
+            own = float(finite.max()) if finite.size else 0.0
+            if prm.memory_oom_cost_fleet_hours > 0 and fleet is not None and fleet.memory_bytes > 0:
+                price = max(prm.memory_oom_cost_fleet_hours * fleet.memory_bytes,
+                            prm.memory_oom_cost_min_peak_hours * own)
+            elif prm.memory_oom_cost_peak_hours > 0:
+                price = prm.memory_oom_cost_peak_hours * own
             price /= prm.risk
             level = cost_level(peaks, margin_fraction=margin_fraction,
                                overrun_cost=price * 3600.0 / prm.memory_max_slot_s)
@@ -156,11 +185,12 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         p60 = state.memory.hist.percentile(0.6)
         return max(p60 or 0.0, 0.5 * peak)
 
-    def _memory(self, state: PodtailorState, c: float, now_s: float, max_allowed: int | None, *,
+    def _memory(self, state: PodtailorState, c: float, now_s: float, policy: ContainerPolicy, *,
                 refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
         prm = self.params
+        max_allowed = policy.max_allowed.memory_bytes
         margin_fraction = self._memory_margin(state, now_s, refresh=refresh)
-        stat = self._memory_statistic(state, now_s, margin_fraction)
+        stat = self._memory_statistic(state, now_s, margin_fraction, policy.fleet)
         oom = state.oom_floor(now_s)
         if oom is not None and max_allowed is not None:
             oom = min(oom, float(max_allowed))
@@ -260,14 +290,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         cur_cpu = current.requests.cpu_millicores
         state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
-        cpu = self._cpu(state, c_cpu)
+        cpu = self._cpu(state, c_cpu, policy.fleet)
         cpu_floor, memory_floor = prm.pod_min_cpu_millicores / 1000.0 / n, prm.pod_min_memory_mib * MIB / n
         cpu, r_cpu_floor = _floored("cpu", cpu, cpu_floor, _cpu_text(cpu_floor))
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
         cur_mem = current.requests.memory_bytes
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
-            est, r_oom = self._memory(state, c_mem, now_s, policy.max_allowed.memory_bytes, refresh=refresh)
+            est, r_oom = self._memory(state, c_mem, now_s, policy, refresh=refresh)
             est, r_floor = _floored("memory", est, memory_floor, _memory_text(memory_floor))
             est, r_thin = self._no_decrease("memory", est, c_mem, None if cur_mem is None else float(cur_mem))
             return est, r_oom + r_floor + r_thin

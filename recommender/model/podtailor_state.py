@@ -82,6 +82,15 @@ class PodtailorParams:
     traces (RESULTS.md, "Frontier of the per-container prices"): in every fold, risk 1 is the largest of
     0.25..4 whose OOMs, CPU minutes over the request and changes stay at or below VPA's on both other traces,
     and it stays there on the left-out one too."""
+    cpu_over_request_cost_fleet_ratio: float = 2.5
+    """The price in units of the fleet's size: this x the fleet's reference CPU (``FleetScale.cpu_cores``, the
+    mean over the fleet's containers of their p95), in place of both prices above when the caller gives a fleet
+    (``ContainerPolicy.fleet``: the engine, the report and the backtest do) and this is > 0 (0: per container).
+    Every container pays the same for its time over the request (it is priced per container, not per core),
+    and slack is money, so a container larger than the fleet's mean takes more of the risk, where it saves the
+    most cores, and a small one less; the exchange rate is in the fleet's own units, so the same fleet at
+    another size gets the same policy (#18 item 2). 2.5 with ``memory_oom_cost_fleet_hours`` 40 (RESULTS.md,
+    "Prices relative to the fleet")."""
     cpu_over_request_budget: float = 0.0
     """Share of its time a container may spend using more CPU than its request (0 disables; 0.002 was the
     default before the cost level, which beat it on every set). The request percentile is calibrated online
@@ -142,6 +151,18 @@ class PodtailorParams:
     24 x max x k / n, so over an 8-day window (193 hours) a level b below the max is taken only when max - b
     exceeds k x 10.8% of the max (24 / 193 / 1.15): a container with one rare tall hour is sized below it, a
     steady one gets its max. Chosen with ``cpu_over_request_cost_ratio`` (see there)."""
+    memory_oom_cost_fleet_hours: float = 40.0
+    """The price of an OOM kill in hours of the fleet's reference memory (``FleetScale.memory_bytes``, the mean
+    over the fleet's containers of their largest peak), in place of both prices above when the caller gives a
+    fleet and this is > 0 (0: per container); why, as ``cpu_over_request_cost_fleet_ratio``. Over an 8-day
+    window a container at the fleet's mean is sized below its top k hours only when that saves more than k x
+    18% of its peak (40 / 193 / 1.15); one 10 times the mean, k x 1.8%."""
+    memory_oom_cost_min_peak_hours: float = 4.0
+    """With the fleet price: an OOM kill costs at least this many hours of the container's own largest peak, so
+    that a container far larger than its fleet's mean (a database among sidecars) does not take an OOM risk
+    without bound: from 10 times the mean up (40 / 4), its price grows with its own size. 4 costs nothing
+    measurable on the training traces (memory-only replay, RESULTS.md "Prices relative to the fleet"); 0: no
+    floor."""
     risk: float = 1.0
     """The risk setting: a dimensionless multiplier that divides both overrun prices (CPU time over the request,
     ``cpu_over_request_cost_*``, and an OOM kill, ``memory_oom_cost_*``), so 1 is the prices as set, 2 halves
@@ -223,7 +244,8 @@ class PodtailorParams:
             raise ValueError("cpu_over_request_budget must be in [0, 1), cpu_calibration_rate >= 0 and "
                              "0 < cpu_min_request_percentile <= cpu_request_percentile <= 1")
         for name in ("cpu_over_request_cost_cores", "cpu_over_request_cost_ratio", "memory_oom_cost_gib_hours",
-                     "memory_oom_cost_peak_hours"):
+                     "memory_oom_cost_peak_hours", "cpu_over_request_cost_fleet_ratio", "memory_oom_cost_fleet_hours",
+                     "memory_oom_cost_min_peak_hours"):
             if not 0 <= getattr(self, name) < math.inf:  # also rejects NaN
                 raise ValueError(f"{name} must be finite and >= 0")
         check_risk(self.risk)

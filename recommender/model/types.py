@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -122,6 +123,23 @@ class HistoryPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FleetScale:
+    """The reference sizes of the fleet a container is recommended in: the mean over its containers of their
+    CPU p95 (cores) and of their largest memory peak (bytes). A strategy that prices overruns relative to the
+    fleet (podtailor) reads them; who runs it over many containers says what they are (the engine and the
+    report from the containers they serve, the backtest from the first day of every series)."""
+
+    cpu_cores: float
+    memory_bytes: float
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_cores", "memory_bytes"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:  # also rejects NaN
+                raise ValueError(f"FleetScale.{name} must be finite and >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerPolicy:
     """The VPA containerPolicy for one container, with our defaults."""
 
@@ -132,6 +150,8 @@ class ContainerPolicy:
     mode_off: bool = False
     containers_in_pod: int = 1
     """Number of containers sharing the per-pod floors (VPA splits its pod minimum evenly)."""
+    fleet: FleetScale | None = None
+    """The fleet's reference sizes (``FleetScale``); None: unknown (a strategy then prices per container)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,5 +198,10 @@ class Strategy(Protocol):
                   current: CurrentResources) -> Recommendation: ...
 
     def parameters(self) -> dict[str, Any]: ...
+
+    def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
+        """The ``FleetScale`` of these containers' states, for strategies that price relative to the fleet
+        (None: this strategy does not, or no state has history)."""
+        ...
 
     def history_plan(self) -> HistoryPlan: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,8 @@ def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
     budget, vpa = doc["subsets"]["all"]["oracle-budget"], doc["subsets"]["all"]["vpa"]
     assert budget["changes_per_series_day"] <= vpa["changes_per_series_day"] and budget["ooms_per_series_day"] == 0
     assert doc["config"]["warmup_s"] == 86400.0 and doc["speed"]["series_days_per_s"] > 0
+    assert set(doc["config"]["fleet"]) == {"cpu_cores", "memory_bytes"}  # the sizes the prices were relative to
+    assert doc["config"]["fleet"]["cpu_cores"] > 0 and doc["config"]["fleet"]["memory_bytes"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -90,6 +93,8 @@ def test_table_piped_to_a_file_keeps_every_figure(trace: Path, capsys: pytest.Ca
     rows = [line for line in out.splitlines() if line.startswith("│ podtailor ")]
     assert len(rows) == 3  # all, odd, even
     assert "\x1b[" not in out  # no colour codes in a file
+    [fleet] = [line for line in out.splitlines() if line.startswith("fleet ")]
+    assert re.search(r"mean CPU p95 \d+m?, mean memory peak \d+(Ki|Mi|Gi)?$", fleet), fleet
 
 
 def test_a_normalized_trace_needs_its_machine_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

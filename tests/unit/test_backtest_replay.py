@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from recommender.backtest.replay import Plan, ReplayConfig, make_grid, oracle, replay
+from recommender.backtest.replay import Plan, ReplayConfig, fleet_of, make_grid, oracle, replay
 from recommender.backtest.runner import (
     UNSCORED_SHORT,
     UNSCORED_WARMUP,
@@ -18,7 +18,7 @@ from recommender.backtest.runner import (
 from recommender.backtest.scoring import metrics, score
 from recommender.backtest.trace import Series
 from recommender.model.registry import get_strategy
-from recommender.model.types import ContainerKey, Samples, UsageBatch
+from recommender.model.types import ContainerKey, FleetScale, Samples, UsageBatch
 
 HOUR, DAY, STEP = 3600.0, 86400.0, 300.0
 GIB = float(1024**3)
@@ -151,3 +151,26 @@ def test_series_that_are_not_scored_are_counted_per_reason_and_series_n_stops_re
     assert read == ["s-0", "s-1", "s-2", "s-3"]  # the fifth series is never read
     assert result.totals["all"]["vpa"].series == 2
     assert result.unscored == {UNSCORED_WARMUP: 1, UNSCORED_SHORT: 1}
+
+
+def test_the_fleets_sizes_come_from_every_series_warm_up_and_scale_with_it() -> None:
+    # Two series: CPU 0.2 then 0.6 cores, memory 1 then 3 GiB in the first day; after it, bursts the warm-up
+    # never saw (they are scored, so they must not set the prices).
+    n = 3 * 288
+    late = np.arange(n) >= 288
+    a = make(np.where(late, 5.0, 0.2), np.where(late, 40 * GIB, GIB))
+    b = make(np.full(n, 0.6), np.full(n, 3 * GIB))
+    fleet = fleet_of([a, b], ReplayConfig())
+    assert fleet is not None and (fleet.cpu_cores, fleet.memory_bytes) == pytest.approx((0.4, 2 * GIB))
+    tenfold = [Series(series_id=s.series_id, timestamps_s=s.timestamps_s, cpu_cores=s.cpu_cores * 10,
+                      memory_bytes=None if s.memory_bytes is None else s.memory_bytes * 10) for s in (a, b)]
+    ten = fleet_of(tenfold, ReplayConfig())
+    assert ten is not None and (ten.cpu_cores, ten.memory_bytes) == pytest.approx((4.0, 20 * GIB))
+    # CPU-only series give no memory size; no samples at all, no fleet.
+    cpu_only = fleet_of([make(np.full(n, 0.3), None)], ReplayConfig())
+    assert cpu_only is not None and (cpu_only.cpu_cores, cpu_only.memory_bytes) == pytest.approx((0.3, 0.0))
+    assert fleet_of([make(np.full(n, np.nan), None)], ReplayConfig()) is None
+    # The runner gives the replay the fleet of the series it replays (shown in the result's config), unless told.
+    assert run_series([a, b], [StrategySpec(name="vpa")], ReplayConfig()).config.fleet == fleet
+    told = FleetScale(cpu_cores=1.0, memory_bytes=GIB)
+    assert run_series([a, b], [StrategySpec(name="vpa")], ReplayConfig(fleet=told)).config.fleet == told

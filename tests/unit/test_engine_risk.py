@@ -26,15 +26,17 @@ HOUR = 3600.0
 GIB = float(2**30)
 
 
-def history() -> UsageBatch:
-    """8 days, hourly: 0.2 cores; memory 2 GiB with 4 GiB in 10 of the 192 hours. At risk 1 the top hours are
-    covered (dropping them saves 2 GiB x 1.05 = 2.1 GiB, costs 24 x 4 GiB-h x 10 / 192 = 5.0), at risk 4 they
-    are not (costs 1.25): 4 GiB x 1.05 against 2 GiB x 1.05. The margin is the default jump margin's 5% floor:
-    every day's window holds a 4 GiB hour, so no hour rises above the day before it."""
+def history(scale: float = 1.0) -> UsageBatch:
+    """8 days, hourly: 0.2 cores; memory 2 GiB with 4 GiB in 10 of the 192 hours (all x ``scale``). Every
+    container of the fleet alike, the fleet's mean peak is 4 GiB and an OOM costs 40 x 4 GiB-hours. At risk 1
+    the top hours are covered (dropping them saves 2 GiB x 1.05 = 2.1 GiB, costs 160 x 10 / 192 = 8.3), at risk
+    4 they are not (costs 2.08): 4 GiB x 1.05 against 2 GiB x 1.05. The margin is the default jump margin's 5%
+    floor: every day's window holds a 4 GiB hour, so no hour rises above the day before it."""
     i = np.arange(192)
     ts = (NOW - 300.0 - HOUR * i[::-1]).astype(np.float64)
-    return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(i.size, 0.2)), cpu_interval_s=HOUR,
-                      memory_peak_bytes=Samples(timestamps_s=ts, values=np.where(i % 19 == 5, 4 * GIB, 2 * GIB)),
+    return UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(i.size, 0.2 * scale)), cpu_interval_s=HOUR,
+                      memory_peak_bytes=Samples(timestamps_s=ts, values=np.where(i % 19 == 5, 4 * GIB, 2 * GIB)
+                                                * scale),
                       memory_interval_s=HOUR)
 
 
@@ -73,13 +75,14 @@ class Store:
 
 
 class Source:
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = names
+    """The same history for every workload, x ``scales[name]`` where given."""
+
+    def __init__(self, names: Sequence[str], scales: Mapping[str, float] | None = None) -> None:
+        self.names, self.scales = names, scales or {}
 
     def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
-        batch = history()
-        return {ContainerKey(namespace="ns", workload_kind="Deployment", workload_name=n, container="app"): batch
-                for n in self.names}
+        return {ContainerKey(namespace="ns", workload_kind="Deployment", workload_name=n, container="app"):
+                history(self.scales.get(n, 1.0)) for n in self.names}
 
 
 class Events:
@@ -97,9 +100,9 @@ RISK_4 = math.ceil(2 * GIB * 1.05)
 
 
 def engine(annotations: Mapping[str, str | None], strategy: str = "podtailor",
-           ) -> tuple[RecommenderEngine, Events, Store]:
+           scales: Mapping[str, float] | None = None) -> tuple[RecommenderEngine, Events, Store]:
     events, store = Events(), Store(annotations)
-    return RecommenderEngine(store=store, source=Source(list(annotations)),
+    return RecommenderEngine(store=store, source=Source(list(annotations), scales),
                              strategy=get_strategy(strategy), config=EngineConfig(checkpoint_every_s=1e9),
                              metrics=RecommenderMetrics(CollectorRegistry()), events=events,
                              strategy_at_risk=at_risk(strategy)), events, store
@@ -160,3 +163,20 @@ def test_distinct_risks_keep_a_bounded_number_of_strategies() -> None:
     eng, _, _ = engine(names)
     report = eng.run_pass(NOW)
     assert report.served == len(names) and len(eng._by_risk) == RISK_CACHE_SIZE
+
+
+def test_prices_are_in_units_of_the_fleet_the_engine_serves() -> None:
+    # Alone, "app" is its own fleet and covers its top hours (RISK_1). Beside nine workloads a tenth of its
+    # size the fleet's mean peak is 0.19 x 4 GiB: an OOM costs 40 x 0.76 GiB-hours, dropping its top hours
+    # costs 30.4 x 10 / 192 = 1.6 GiB against 2.1 saved, so the larger container takes the risk (RISK_4),
+    # while each small one, 4 GiB x 0.1 = 0.41 GiB at its peak, still covers its own (saving 0.21 GiB).
+    alone = engine({"app": None})[0].run_pass(NOW)
+    assert memory(alone, "app") == RISK_1
+    small = {f"s{i}": None for i in range(9)}
+    mixed = engine({"app": None, **small}, scales=dict.fromkeys(small, 0.1))[0].run_pass(NOW)
+    assert memory(mixed, "app") == RISK_4
+    assert memory(mixed, "s0") == math.ceil(0.4 * GIB * 1.05)
+    # The same fleet at 10 times the size gets the same policy: the fleet's prices scale with it.
+    big = engine({"app": None, **small}, scales={"app": 10.0, **dict.fromkeys(small, 1.0)})[0].run_pass(NOW)
+    assert memory(big, "app") == math.ceil(20 * GIB * 1.05)
+    assert memory(big, "s0") == math.ceil(4 * GIB * 1.05)

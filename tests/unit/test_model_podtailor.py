@@ -6,10 +6,19 @@ import numpy as np
 import pytest
 
 from podtailor.resources import CurrentResources, Resources
+from recommender.model.common import fleet_from_samples
 from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorState, adaptive_step
 from recommender.model.registry import get_strategy
-from recommender.model.types import ContainerPolicy, OomKill, Recommendation, Samples, Strategy, UsageBatch
+from recommender.model.types import (
+    ContainerPolicy,
+    FleetScale,
+    OomKill,
+    Recommendation,
+    Samples,
+    Strategy,
+    UsageBatch,
+)
 from recommender.model.vpa import VpaParams, VpaState
 
 NOW = 1_700_000_000.0
@@ -503,7 +512,8 @@ def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> N
 
 
 @pytest.mark.parametrize("name", ["cpu_over_request_cost_ratio", "memory_oom_cost_peak_hours",
-                                  "memory_oom_cost_gib_hours"])
+                                  "memory_oom_cost_gib_hours", "cpu_over_request_cost_fleet_ratio",
+                                  "memory_oom_cost_fleet_hours", "memory_oom_cost_min_peak_hours"])
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
 def test_the_prices_must_be_finite_and_not_negative(name: str, bad: float) -> None:
     with pytest.raises(ValueError, match=name):
@@ -554,3 +564,59 @@ def test_history_plans_follow_each_strategys_half_life() -> None:
                         ).history_plan().full_resolution_s == 12 * 3600
     assert get_strategy("vpa").history_plan().full_resolution_s == 6 * 86400
     assert get_strategy("krr-simple").history_plan().full  # an unweighted 14-day percentile: all of it
+
+
+def test_fleet_prices_put_the_risk_on_containers_larger_than_the_fleet_and_scale_with_it() -> None:
+    # The memory shape above (two 8x peaks, forty 2x hours, the rest 1x), fixed margin, an OOM at 40 x the
+    # fleet's mean peak F, at least 4 x the container's own 8s. Levels cost: 8s: 9.2s; 2s: 2.3s + P x 2/192;
+    # 1s: 1.15s + P x 42/192. A fleet of containers 10 times larger (F = 80s, P = 3200s) covers the max; at
+    # its own size (F = 8s), the 2x level; 80 times smaller (F = 0.1s), the floor holds P at 32s: the 2x
+    # level still, where the fleet's price alone (4s) would leave the 2x hours uncovered too (2.03s against
+    # 2.34s). The same at 1e8 and 1e10: the fleet scales with the container.
+    shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)
+    floored, unfloored = (get_strategy("podtailor", **FIXED_MARGIN),
+                          get_strategy("podtailor", memory_oom_cost_min_peak_hours=0.0, **FIXED_MARGIN))
+    for scale in (1e8, 1e10):
+        data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
+                          memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
+        for strategy, fleet_peak, level in ((floored, 80.0, 8.0), (floored, 8.0, 2.0), (floored, 0.1, 2.0),
+                                            (unfloored, 0.1, 1.0)):
+            policy = ContainerPolicy(fleet=FleetScale(cpu_cores=0.0, memory_bytes=fleet_peak * scale))
+            assert run(strategy, data, policy=policy).target.memory_bytes == pytest.approx(level * scale * 1.15,
+                                                                                          rel=1e-6)
+    # CPU, the flat shape (10% of the hours 10% higher): dropping the top hours saves 0.05 x 1.1 per 0.1 of
+    # the time over the request, priced at 2.5 x the fleet's p95: a fleet at the container's size (0.55)
+    # covers them, one at 0.1 cores does not; 100 times larger, the same, 100 times apart.
+    def cpu_m(batch: UsageBatch, fleet_cores: float) -> int:
+        rec = run(get_strategy("podtailor"), batch, policy=ContainerPolicy(
+            fleet=FleetScale(cpu_cores=fleet_cores, memory_bytes=0.0)))
+        assert rec.target.cpu_millicores is not None
+        return rec.target.cpu_millicores
+    flat_small, flat_large = every_fifth_hour(0.5, 0.55, every=10), every_fifth_hour(50.0, 55.0, every=10)
+    covered, dropped = cpu_m(flat_small, 0.55), cpu_m(flat_small, 0.1)
+    assert 605 <= covered <= 618 and 550 <= dropped <= 562
+    assert cpu_m(flat_large, 55.0) / covered == pytest.approx(100, rel=0.03)
+    assert cpu_m(flat_large, 10.0) / dropped == pytest.approx(100, rel=0.03)
+    # Without a fleet, or with the fleet prices at 0, the per-container prices decide (they cover both).
+    assert cpu_request_m(flat_small) == covered
+    no_fleet_price = get_strategy("podtailor", cpu_over_request_cost_fleet_ratio=0.0)
+    rec = run(no_fleet_price, flat_small, policy=ContainerPolicy(fleet=FleetScale(cpu_cores=0.1, memory_bytes=0.0)))
+    assert rec.target.cpu_millicores == covered
+
+
+def test_the_fleet_scale_of_states_and_of_samples() -> None:
+    strategy = get_strategy("podtailor")
+    states = [strategy.new_state(), strategy.new_state(), strategy.new_state()]
+    states[0].add(hourly(192, 0.2, 1 * GIB))
+    states[1].add(hourly(192, 0.6, 3 * GIB))  # the third has no history and does not count
+    fleet = strategy.fleet_scale(states, NOW)
+    assert fleet is not None
+    assert fleet.cpu_cores == pytest.approx(0.4, rel=0.03)  # p95s within the 2% buckets
+    assert fleet.memory_bytes == pytest.approx(2 * GIB, rel=0.03)
+    assert strategy.fleet_scale([states[2]], NOW) is None
+    assert get_strategy("vpa").fleet_scale(states, NOW) is None  # VPA prices nothing by the fleet
+    samples = fleet_from_samples([(np.array([0.1, 0.2, np.nan]), None), (np.array([1.0]), np.array([np.nan, 5.0]))])
+    assert samples is not None and (samples.cpu_cores, samples.memory_bytes) == pytest.approx((0.5975, 5.0))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="memory_bytes"):
+            FleetScale(cpu_cores=1.0, memory_bytes=bad)
