@@ -85,7 +85,7 @@ class PodtailorParams:
     cpu_over_request_cost_fleet_ratio: float = 2.5
     """The price in units of the fleet's size: this x the fleet's reference CPU (``FleetScale.cpu_cores``, the
     mean over the fleet's containers of their p95), in place of both prices above when the caller gives a fleet
-    (``ContainerPolicy.fleet``: the engine, the report and the backtest do) and this is > 0 (0: per container).
+    (``ContainerPolicy.fleet``: the engine and the backtest do) and this is > 0 (0: per container).
     Every container pays the same for its time over the request (it is priced per container, not per core),
     and slack is money, so a container larger than the fleet's mean takes more of the risk, where it saves the
     most cores, and a small one less; the exchange rate is in the fleet's own units, so the same fleet at

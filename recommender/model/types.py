@@ -126,8 +126,8 @@ class HistoryPlan:
 class FleetScale:
     """The reference sizes of the fleet a container is recommended in: the mean over its containers of their
     CPU p95 (cores) and of their largest memory peak (bytes). A strategy that prices overruns relative to the
-    fleet (podtailor) reads them; who runs it over many containers says what they are (the engine and the
-    report from the containers they serve, the backtest from the first day of every series)."""
+    fleet (podtailor) reads them; who runs it over many containers says what they are (the engine from the
+    containers it serves, the backtest from the first day of every series)."""
 
     cpu_cores: float
     memory_bytes: float

@@ -26,11 +26,9 @@ import numpy as np
 from podtailor.resize import changes as ch
 from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, QoS
 from podtailor.resources import CurrentResources, Resources
-from recommender.model.common import fleet_from_samples
 from recommender.model.types import (
     ContainerKey,
     ContainerPolicy,
-    FleetScale,
     FloatArray,
     Recommendation,
     Samples,
@@ -190,7 +188,7 @@ class _Parts:
 
 
 def _recommend(workload: Workload, batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy,
-               now_s: float, fleet: FleetScale | None) -> _Parts:
+               now_s: float) -> _Parts:
     in_pod = max(1, sum(1 for c in workload.containers if c.role != Role.INIT))
     recs, found = [], []
     for spec in workload.containers:
@@ -200,7 +198,7 @@ def _recommend(workload: Workload, batches: Mapping[ContainerKey, UsageBatch], s
         if batch is not None:
             state = strategy.new_state()
             state.add(batch)
-            rec = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(containers_in_pod=in_pod, fleet=fleet),
+            rec = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(containers_in_pod=in_pod),
                                      current=spec.current)
         recs.append(rec)
         found.append(batch)
@@ -248,8 +246,8 @@ def _risks(workload: Workload, containers: tuple[ContainerReport, ...], qos: QoS
 
 
 def workload_report(workload: Workload, inv: Inventory, batches: Mapping[ContainerKey, UsageBatch],
-                    strategy: Strategy, cfg: BuildConfig, fleet: FleetScale | None = None) -> WorkloadReport:
-    parts = _recommend(workload, batches, strategy, cfg.now_s, fleet)
+                    strategy: Strategy, cfg: BuildConfig) -> WorkloadReport:
+    parts = _recommend(workload, batches, strategy, cfg.now_s)
     hpa = inv.hpa_resources.get(workload.key, frozenset())
     cons = ch.Constraints(limit_range=inv.limit_ranges.get(workload.namespace), hpa_resources=hpa)
     pool = _pool(workload, inv)
@@ -295,14 +293,13 @@ def workload_reports(inv: Inventory, workloads: Iterable[Workload], batches: Map
                      strategy: Strategy, cfg: BuildConfig, *,
                      progress: Callable[[int], None] | None = None) -> list[WorkloadReport]:
     """The reports of ``workloads`` (of ``inv``), in key order; ``progress(n)`` is called after each one. The
-    report command calls it once per group of namespaces, while the next group's history is read. The fleet
-    a strategy prices against (``ContainerPolicy.fleet``) is that of these ``batches`` (``fleet_from_samples``:
-    the group's containers; with ``--read-groups 1``, every container of the report)."""
-    fleet = fleet_from_samples((b.cpu_cores.values, b.memory_peak_bytes.values if len(b.memory_peak_bytes) else None)
-                               for b in batches.values())
+    report command calls it once per group of namespaces, while the next group's history is read. No fleet is
+    given to the strategy (``ContainerPolicy.fleet`` stays None): the whole fleet is known only once every
+    group is read, and a fleet per group would make the report depend on ``--read-groups``; so podtailor
+    prices per container here, where the recommender prices relative to the containers it serves."""
     out = []
     for w in sorted(workloads, key=lambda w: w.key):
-        out.append(workload_report(w, inv, batches, strategy, cfg, fleet))
+        out.append(workload_report(w, inv, batches, strategy, cfg))
         if progress is not None:
             progress(1)
     return out
