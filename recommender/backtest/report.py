@@ -160,12 +160,17 @@ def print_report(result: BacktestResult, console: Console, default: str = "podta
                 console.print(f"goals for {default} vs {g['baseline']} ({sub}): " + ", ".join(
                     f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in g.items()
                     if k not in ("strategy", "baseline")))
+    print_fleet(result, console)
+    console.print(f"{result.series_days_per_s():.1f} series-days replayed per second ({result.elapsed_s:.1f} s)")
+
+
+def print_fleet(result: BacktestResult, console: Console) -> None:
+    """The fleet the replay's fleet-relative prices were in units of (nothing when there was none)."""
     fleet = result.config.fleet
     if fleet is not None:
         console.print(f"fleet (the prices relative to it, from every series' warm-up): mean CPU p95 "
                       f"{format_cpu(math.ceil(fleet.cpu_cores * 1000.0))}, mean memory peak "
                       f"{format_memory(math.ceil(fleet.memory_bytes / 2**20) * 2**20)}")
-    console.print(f"{result.series_days_per_s():.1f} series-days replayed per second ({result.elapsed_s:.1f} s)")
 
 
 def write_png(result: BacktestResult, path: Path) -> None:

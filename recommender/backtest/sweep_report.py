@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from recommender.backtest.report import row_name, unscored_text
+from recommender.backtest.report import print_fleet, row_name, unscored_text
 from recommender.backtest.runner import SUBSETS, BacktestResult
 from recommender.backtest.sweep import SWEPT, FrontierRow, Pick, pick, sweep_rows
 
@@ -66,6 +66,7 @@ def print_sweep(result: BacktestResult, console: Console, oom_budget: float | No
     if oom_budget is not None:
         chosen = pick(rows, oom_budget)
         console.print(f"pick for an OOM budget of {oom_budget:g} per series-day: {chosen.reason}")
+    print_fleet(result, console)
     console.print(f"{result.series_days_per_s():.1f} series-days replayed per second ({result.elapsed_s:.1f} s)")
 
 

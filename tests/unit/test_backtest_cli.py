@@ -119,6 +119,7 @@ def test_sweep_replays_each_risk_beside_vpa_and_krr(tmp_path: Path, trace: Path,
     printed = capsys.readouterr().out
     assert "risk sweep: all series" in printed and "Pareto-efficient" in printed
     assert "pick for an OOM budget of 0 per series-day: risk " in printed
+    assert "fleet (the prices relative to it, from every series' warm-up): mean CPU p95 " in printed
     doc = json.loads(out.read_text())
     sweep = doc["sweep"]
     assert sweep["risks"] == [0.5, 1.0, 2.0] and sweep["oom_budget"] == 0.0
