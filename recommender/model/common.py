@@ -135,6 +135,18 @@ class StrategyBase(Generic[P, S]):
         return None
 
 
+def fleet_from_sizes(cpu_cores: Iterable[float], memory_bytes: Iterable[float]) -> FleetScale | None:
+    """A ``FleetScale`` from per-container sizes: the mean of the finite ones of each resource (0 for a resource
+    with none). None when neither has any."""
+    cpu = np.array(list(cpu_cores), dtype=np.float64)
+    memory = np.array(list(memory_bytes), dtype=np.float64)
+    cpu, memory = cpu[np.isfinite(cpu)], memory[np.isfinite(memory)]
+    if not cpu.size and not memory.size:
+        return None
+    return FleetScale(cpu_cores=float(cpu.mean()) if cpu.size else 0.0,
+                      memory_bytes=float(memory.mean()) if memory.size else 0.0)
+
+
 def fleet_from_samples(containers: Iterable[tuple[FloatArray, FloatArray | None]]) -> FleetScale | None:
     """A ``FleetScale`` from raw samples, per container (CPU cores, memory bytes or None): the mean over
     containers of the p95 of their CPU samples and of the largest of their memory samples (non-finite ones
@@ -149,7 +161,4 @@ def fleet_from_samples(containers: Iterable[tuple[FloatArray, FloatArray | None]
             m = memory_bytes[np.isfinite(memory_bytes)]
             if m.size:
                 memory.append(float(m.max()))
-    if not cpu and not memory:
-        return None
-    return FleetScale(cpu_cores=float(np.mean(cpu)) if cpu else 0.0,
-                      memory_bytes=float(np.mean(memory)) if memory else 0.0)
+    return fleet_from_sizes(cpu, memory)

@@ -53,7 +53,7 @@ import numpy as np
 
 from podtailor.resources import CurrentResources
 from podtailor.units import format_cpu, format_memory
-from recommender.model.common import GIB, MIB, StrategyBase, fleet_from_samples, lower_multiplier, upper_multiplier
+from recommender.model.common import GIB, MIB, StrategyBase, fleet_from_sizes, lower_multiplier, upper_multiplier
 from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.podtailor_state import PodtailorParams, PodtailorState
 from recommender.model.policy import (
@@ -107,7 +107,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                 peak = state.memory_max.max(now_s=now_s, window_s=prm.memory_max_window_s)
                 cpu.append(math.nan if p95 is None else p95)
                 memory.append(math.nan if peak is None else peak)
-        return fleet_from_samples([(np.array([c]), np.array([m])) for c, m in zip(cpu, memory, strict=True)])
+        return fleet_from_sizes(cpu, memory)
 
     def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None) -> ResourceEstimate | None:
         prm = self.params
