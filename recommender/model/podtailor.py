@@ -36,8 +36,9 @@ enters the histogram, so a cap cannot feed itself: VPA #9521). With thin history
 (c below ``thin_history_days``) a request is never lowered below the current one. Resizes: a resource
 "moves" when its target leaves the band [1 - ``resize_down_fraction``, 1 + up] x the current request, with
 up = ``resize_up_fraction`` for memory (0) and ``cpu_resize_up_fraction`` for CPU (hysteresis, so noise does
-not resize it); a decrease also waits ``resize_down_dwell_s`` after the last
-observed change of the applied values (the state notes them on every call; increases never wait). When one
+not resize it); a decrease also waits after the last observed change of the applied values (the state
+notes them on every call; increases never wait), ``resize_down_dwell_s`` for one just past the band and less
+the deeper it is (``resize_down_dwell_power``: a decrease twice as deep waits half as long). When one
 resource moves, the other takes its fresh target in the same update (``coordinate_resizes``: one pod update
 either way); when neither moves, both keep their current request and limit. Parameters and state live in
 ``podtailor_state.py``.
@@ -214,15 +215,29 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return est, ()
         return replace(est, target=current, upper=max(est.upper, current)), (f"{name}: low confidence: no decrease",)
 
-    def _moves(self, est: ResourceEstimate | None, request: float | None, may_lower: bool, up: float) -> bool:
-        """Whether this resource's target left its resize band (or it has no request yet)."""
+    def _decrease_wait_s(self, ratio: float) -> float:
+        """How long after the last change a decrease to ``ratio`` x the current request waits: the dwell
+        ``resize_down_dwell_s`` x (``resize_down_fraction`` / the drop) ^ ``resize_down_dwell_power``. With power
+        1 a decrease just past the band waits the whole dwell and one twice as deep half of it: the more slack a
+        decrease sheds, the sooner it goes, and a small one waits long enough to be rarely worth a pod update."""
+        prm = self.params
+        drop = 1.0 - ratio
+        if prm.resize_down_dwell_power <= 0 or drop <= 0:
+            return prm.resize_down_dwell_s
+        share: float = (prm.resize_down_fraction / drop) ** prm.resize_down_dwell_power
+        return prm.resize_down_dwell_s * min(share, 1.0)
+
+    def _moves(self, est: ResourceEstimate | None, request: float | None, waited_s: float, up: float) -> bool:
+        """Whether this resource's target left its resize band (or it has no request yet); a decrease also waits
+        ``_decrease_wait_s`` after the last change (``waited_s`` since it; infinite when none was seen)."""
         if est is None:
             return False
         if request is None or request <= 0:
             return True
         ratio = est.target / request
-        return ratio > 1.0 + up or (
-            may_lower and ratio < 1.0 - self.params.resize_down_fraction)
+        if ratio > 1.0 + up:
+            return True
+        return ratio < 1.0 - self.params.resize_down_fraction and waited_s >= self._decrease_wait_s(ratio)
 
     @staticmethod
     def _held(est: ResourceEstimate | None, request: float | None, limit: float | None) -> ResourceEstimate | None:
@@ -242,41 +257,39 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         req, lim = current.requests, current.limits
         since = state.note_applied([req.cpu_millicores, lim.cpu_millicores, req.memory_bytes, lim.memory_bytes],
                                    now_s)
-        may_lower = since is None or now_s - since >= prm.resize_down_dwell_s
+        waited = math.inf if since is None else now_s - since
         cur_cpu = None if req.cpu_millicores is None else req.cpu_millicores / 1000.0
         cur_mem = None if req.memory_bytes is None else float(req.memory_bytes)
         memory, r_memory = memory_estimate(False)
-        move_cpu = self._moves(cpu, cur_cpu, may_lower, prm.cpu_resize_up_fraction)
-        move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
+        move_cpu = self._moves(cpu, cur_cpu, waited, prm.cpu_resize_up_fraction)
+        move_mem = self._moves(memory, cur_mem, waited, prm.resize_up_fraction)
         if (move_mem or (prm.coordinate_resizes and move_cpu)) and prm.memory_margin_jump_quantile > 0:
             memory, r_memory = memory_estimate(True)
-            move_mem = self._moves(memory, cur_mem, may_lower, prm.resize_up_fraction)
+            move_mem = self._moves(memory, cur_mem, waited, prm.resize_up_fraction)
         if prm.coordinate_resizes and (move_cpu or move_mem):
             return cpu, (memory, r_memory), ()
         reasons = []  # a target already equal to the request (no-decrease rule, or by itself) is not "kept"
         if not move_cpu:
             if cpu is not None and cur_cpu and cpu.target != cur_cpu:
                 reasons.append(self._kept_reason("cpu", _cpu_text(cpu.target), format_cpu(req.cpu_millicores or 0),
-                                                 cpu.target / cur_cpu, prm.cpu_resize_up_fraction, may_lower, since,
-                                                 now_s))
+                                                 cpu.target / cur_cpu, prm.cpu_resize_up_fraction, waited))
             cpu = self._held(cpu, cur_cpu, None if lim.cpu_millicores is None else lim.cpu_millicores / 1000.0)
         if not move_mem:
             if memory is not None and cur_mem and memory.target != cur_mem:
                 reasons.append(self._kept_reason("memory", _memory_text(memory.target),
                                                  format_memory(req.memory_bytes or 0), memory.target / cur_mem,
-                                                 prm.resize_up_fraction, may_lower, since, now_s))
+                                                 prm.resize_up_fraction, waited))
             memory = self._held(memory, cur_mem, None if lim.memory_bytes is None else float(lim.memory_bytes))
         return cpu, (memory, r_memory), tuple(reasons)
 
-    def _kept_reason(self, name: str, target: str, current: str, ratio: float, up: float, may_lower: bool,
-                     since: float | None, now_s: float) -> str:
-        """Why ``name`` keeps its current request: a decrease still waiting out the dwell, or a target inside
+    def _kept_reason(self, name: str, target: str, current: str, ratio: float, up: float, waited_s: float) -> str:
+        """Why ``name`` keeps its current request: a decrease still waiting out its dwell, or a target inside
         the resize band [1 - down, 1 + up] x the current request."""
         down = self.params.resize_down_fraction
-        if ratio < 1.0 - down and not may_lower and since is not None:
-            wait = self.params.resize_down_dwell_s - (now_s - since)
-            return (f"{name}: kept at {current}: target {target} is a decrease, and decreases wait "
-                    f"{_hours(self.params.resize_down_dwell_s)} after the last change ({_hours(wait)} to go)")
+        need = self._decrease_wait_s(ratio)
+        if ratio < 1.0 - down and waited_s < need:
+            return (f"{name}: kept at {current}: target {target} is a decrease of {1.0 - ratio:.0%}, and such a "
+                    f"decrease waits {_hours(need)} after the last change ({_hours(need - waited_s)} to go)")
         return (f"{name}: kept at {current}: target {target} is within the resize band "
                 f"(-{down:.0%} .. +{up:.0%} of the current request)")
 

@@ -226,14 +226,15 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     policy = ContainerPolicy()
     strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=policy, current=before)  # first sight: time unknown
     strategy.recommend(state, now_s=NOW - HOUR, policy=policy, current=after)  # the applied values changed
-    # One hour after the change, 1 h < the 8 h dwell: the 500m / 1 GiB requests stay although the targets
-    # (about 113m and 115 MiB) are far below them.
+    # One hour after the change: the 500m / 1 GiB requests stay although the targets (about 113m and 115 MiB)
+    # are far below them. A drop of d waits 20 h x 0.2 / d: about 5.2 h for CPU's 78%, 4.5 h for memory's 89%.
     held = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
     assert held.target == Resources(cpu_millicores=500, memory_bytes=GIB)
     # Each kept value says why, in quantities as kubectl prints them.
-    assert any(r.startswith("cpu: kept at 500m: target 1") and r.endswith(
-        "is a decrease, and decreases wait 8.0h after the last change (7.0h to go)") for r in held.reasons), held
-    assert any(r.startswith("memory: kept at 1Gi: target 1") and "decreases wait 8.0h" in r for r in held.reasons)
+    cpu_reason = next(r for r in held.reasons if r.startswith("cpu: kept at 500m: target 1"))
+    assert "is a decrease of 78%, and such a decrease waits 5.2h after the last change (4.2h to go)" in cpu_reason
+    assert any(r.startswith("memory: kept at 1Gi: target 1") and "is a decrease of 89%" in r
+               and "waits 4.5h after the last change" in r for r in held.reasons), held.reasons
     # Thirteen hours after it the decrease goes out.
     later = strategy.recommend(state, now_s=NOW + 12 * HOUR, policy=policy, current=after)
     assert later.target.cpu_millicores is not None and later.target.cpu_millicores < 200
@@ -242,6 +243,39 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     rise = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     assert rise.target.cpu_millicores is not None and rise.target.cpu_millicores > 100
+
+
+def test_deeper_decreases_wait_less() -> None:
+    """A decrease waits resize_down_dwell_s x (resize_down_fraction / its depth) ^ resize_down_dwell_power after
+    the last change: the same targets (about 113m CPU; memory held at its own target, so it does not move and
+    take CPU along) leave a 500m request 8 h after a change and keep a 160m one until its longer wait is over."""
+    memory = 125 * MIB  # the memory target (about 112-115 MiB) is inside its band: memory stays
+
+    def requests_after(cpu_m: int, hours: float, **params: float) -> tuple[int | None, tuple[str, ...]]:
+        strategy = get_strategy("podtailor", **params)
+        state = strategy.new_state()
+        state.add(hourly(48, 0.1, 1e8))
+        current = CurrentResources(requests=Resources(cpu_millicores=cpu_m, memory_bytes=memory))
+        first = CurrentResources(requests=Resources(cpu_millicores=cpu_m // 2, memory_bytes=memory))
+        strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=ContainerPolicy(), current=first)
+        strategy.recommend(state, now_s=NOW - HOUR, policy=ContainerPolicy(), current=current)  # the change
+        rec = strategy.recommend(state, now_s=NOW - HOUR + hours * HOUR, policy=ContainerPolicy(), current=current)
+        return rec.target.cpu_millicores, rec.reasons
+
+    deep, _ = requests_after(500, 8)  # a 78% drop waits about 5.2 h
+    assert deep is not None and deep < 130
+    shallow, reasons = requests_after(160, 8)  # 112m / 160m: a 30% drop waits 20 x 0.2 / 0.3 = 13.3 h
+    assert shallow == 160
+    assert any(r.startswith("cpu: kept at 160m") and "is a decrease of 30%" in r and "waits 13.3h" in r
+               for r in reasons), reasons
+    later, _ = requests_after(160, 14)
+    assert later is not None and later < 130
+    # Power 0: every decrease waits the whole dwell, however deep (the rule before 2026-12-06).
+    flat, _ = requests_after(500, 8, resize_down_dwell_power=0.0)
+    assert flat == 500
+    assert requests_after(500, 21, resize_down_dwell_power=0.0)[0] == deep
+    with pytest.raises(ValueError, match="resize_down_dwell_power"):
+        get_strategy("podtailor", resize_down_dwell_power=float("nan"))
 
 
 def test_cpu_grows_only_beyond_its_up_band() -> None:
