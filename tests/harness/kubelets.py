@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.cluster import ClusterState, control_plane_bin_dir
-from tests.harness.process import HarnessError, Managed, free_port, wait_until
+from tests.harness.process import HarnessError, Managed, free_port, log_tail, wait_until
 from tests.nodesim.nodes import NodePool
 
 HOLLOW_BINARY = "hollow-node"
 HOLLOW_TAINT = {"key": "podtailor.io/hollow-node", "value": "true", "effect": "NoSchedule"}
 HOLLOW_TOLERATION = {"key": HOLLOW_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+PORT_ATTEMPTS = 3
+"""Starts of a node whose port was taken between ``free_port`` and its own bind (``KubeletPool._port_taken``)."""
 
 
 def hollow_node_binary() -> Path:
@@ -116,12 +118,27 @@ class KubeletPool:
                     raise HarnessError(f"pool {pool.name}: a real kubelet's CPU capacity is whole cores")
                 for i in range(pool.count):
                     self._spawn(binary, pool, f"{self.name_prefix}-{pool.name}-{i}")
-            self._wait_ready(timeout_s)
+            for attempt in range(PORT_ATTEMPTS):
+                try:
+                    self._wait_ready(timeout_s)
+                    break
+                except HarnessError:
+                    lost = self._port_taken()
+                    if not lost or attempt == PORT_ATTEMPTS - 1:
+                        raise
+                    for node in lost:  # the same node again, on fresh ports
+                        self._spawn(binary, node.pool, node.name)
         except BaseException:
             self.stop()
             raise
         self.timings["start_s"] = time.monotonic() - t0
         return self
+
+    def _port_taken(self) -> list[HollowNode]:
+        """The nodes that exited because a port ``free_port`` gave them was taken before they bound it (another
+        process, or an outgoing connection's ephemeral port, got there first): they can start again elsewhere."""
+        return [n for n in self.nodes.values()
+                if not n.proc.alive() and "address already in use" in log_tail(n.proc.log_path, lines=5)]
 
     def _spawn(self, binary: Path, pool: NodePool, name: str) -> None:
         if self.roots is None:
