@@ -79,10 +79,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     ``watch``)."""
     from podtailor.runtime.cli import kube_client
     from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
-    from updater.policy.planner import plan
-    from updater.rollout.executor import Executor
-    from updater.rollout.grouping import group_by_policy
-    from updater.rollout.writes import (
+    from updater.kube.writes import (
         EventRecorder,
         Evictor,
         PodResizer,
@@ -90,6 +87,9 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
         ServingGateWriter,
         TemplatePatcher,
     )
+    from updater.policy.planner import plan
+    from updater.rollout.act.executor import Executor
+    from updater.rollout.act.grouping import group_by_policy
 
     api = kube_client(args)
     reader = ClusterReader(api)
@@ -250,8 +250,8 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from updater.rollout import machine
-    from updater.rollout.journal import Phase
+    from updater.rollout.machine import lifecycle as machine
+    from updater.rollout.machine.journal import Phase
 
     executor, _, _ = build_executor(args)
     r = executor.store.get(args.rollout)

@@ -49,7 +49,7 @@ class Refusal(enum.StrEnum):
     DISRUPTION_BUDGET = "disruption-budget"
     """The Eviction API's refusal by the pod's PodDisruptionBudget (cause type ``DisruptionBudget``; a 429, or a
     403 while the budget's status is unusable): that pod's outcome for now, never its batch's. It stays at its
-    size and is retried after a back-off; the other pods go on (``updater.rollout.machine_effects.answered``)."""
+    size and is retried after a back-off; the other pods go on (``updater.rollout.machine.effects.answered``)."""
     OTHER = "other"
 
 

@@ -41,12 +41,12 @@ from tests.harness.process import wait_until
 from updater.__main__ import pause_after_pass, watch
 from updater.kube.informer import Informer
 from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader, ServerVersion, Snapshot
+from updater.kube.writes import EventRecorder, PodResizer, RolloutStore
 from updater.policy.planner import plan
 from updater.policy.types import Action, NodeView, Plan, PodView, RolloutPolicy, WorkloadTarget
-from updater.rollout.executor import Executor
-from updater.rollout.grouping import group_by_policy
-from updater.rollout.journal import ContainerValues, EntryState, Phase, Rollout, to_status
-from updater.rollout.writes import EventRecorder, PodResizer, RolloutStore
+from updater.rollout.act.executor import Executor
+from updater.rollout.act.grouping import group_by_policy
+from updater.rollout.machine.journal import ContainerValues, EntryState, Phase, Rollout, to_status
 
 POOL_KEY = "podtailor.io/node-pool"
 NAMESPACE = "bench-updater"

@@ -17,11 +17,11 @@ from tests.conftest import SimFactory
 from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
 from tests.waiting import eventually
 from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
+from updater.kube.writes import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
 from updater.policy.planner import plan
-from updater.rollout.executor import Executor
-from updater.rollout.grouping import group_by_policy
-from updater.rollout.journal import Phase, Rollout
-from updater.rollout.writes import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+from updater.rollout.act.executor import Executor
+from updater.rollout.act.grouping import group_by_policy
+from updater.rollout.machine.journal import Phase, Rollout
 
 Mi = 2**20
 POOL_KEY = POOL_LABEL_KEYS["podtailor"]

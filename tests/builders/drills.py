@@ -34,9 +34,9 @@ from tests.builders.cluster import POOL_KEY, Scenario
 from tests.harness.cluster import ClusterState, LocalCluster
 from tests.harness.faultproxy import FaultProxy, Mode
 from tests.harness.process import Managed, free_port, http_ok, wait_until
-from updater.rollout.executor import Executor
-from updater.rollout.journal import BatchPhase, EntryState, Rollout
-from updater.rollout.writes import PodResizer, RolloutStore
+from updater.kube.writes import PodResizer, RolloutStore
+from updater.rollout.act.executor import Executor
+from updater.rollout.machine.journal import BatchPhase, EntryState, Rollout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACT = REPO_ROOT / "tests" / "artifacts" / "drills-1-7.json"

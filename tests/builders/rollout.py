@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from podtailor.resources import Resources
 from updater.observe import ContainerObservation, PodObservation
-from updater.rollout.journal import BatchRecord, ContainerValues, Entry, Rollout
+from updater.rollout.machine.journal import BatchRecord, ContainerValues, Entry, Rollout
 
 NOW = 1_700_000_000.0
 OLD = ContainerValues(name="app", requests=Resources(cpu_millicores=500, memory_bytes=256 * 2**20),

@@ -30,9 +30,9 @@ from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.builders.cluster import POOL_KEY, Scenario
 from tests.conftest import SimFactory
 from tests.waiting import eventually
-from updater.rollout.executor import Executor
-from updater.rollout.journal import EntryState, Rollout
-from updater.rollout.writes import Evictor, PodResizer, TemplatePatcher
+from updater.kube.writes import Evictor, PodResizer, TemplatePatcher
+from updater.rollout.act.executor import Executor
+from updater.rollout.machine.journal import EntryState, Rollout
 
 ARTIFACT = Path(__file__).resolve().parents[1] / "artifacts" / "drills-13-18.json"
 Mi = 2**20
@@ -225,7 +225,7 @@ class DrillScenario(Scenario):
         ex = self.executor()
         if api is not None:
             from updater.kube.snapshot import ClusterReader
-            from updater.rollout.writes import EventRecorder, RolloutStore
+            from updater.kube.writes import EventRecorder, RolloutStore
 
             reader = ClusterReader(api)
             ex.read = lambda: reader.read(policy_pool_label=POOL_KEY, namespaces=(self.ns,))

@@ -33,7 +33,7 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.faultproxy import FaultProxy
 from tests.nodesim.nodes import NodePool
 from tests.waiting import eventually
-from updater.rollout.journal import EntryState, Phase
+from updater.rollout.machine.journal import EntryState, Phase
 
 pytestmark = pytest.mark.cluster
 OUTAGE_S = 20.0

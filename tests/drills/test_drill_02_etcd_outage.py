@@ -28,7 +28,7 @@ from tests.builders.drills import (
 )
 from tests.harness.cluster import LocalCluster
 from tests.waiting import eventually
-from updater.rollout.journal import Phase
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 ETCD_DOWN_S = 20.0

@@ -33,7 +33,7 @@ from tests.builders.drills import (
 from tests.harness.cluster import LocalCluster
 from tests.harness.faultproxy import FaultProxy, Mode
 from tests.waiting import eventually
-from updater.rollout.journal import Phase
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 BLACKHOLE_S = 25.0

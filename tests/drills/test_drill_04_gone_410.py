@@ -40,8 +40,8 @@ from tests.harness.faultproxy import FaultProxy
 from tests.waiting import eventually
 from updater.kube.informer import Informer
 from updater.kube.snapshot import LIST_OPTIONS, ClusterReader
-from updater.rollout.journal import Phase
-from updater.rollout.writes import Conflict, PodResizer
+from updater.kube.writes import Conflict, PodResizer
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 PODS = 6

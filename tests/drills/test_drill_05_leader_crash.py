@@ -27,7 +27,7 @@ from tests.builders.drills import (
 )
 from tests.harness.cluster import LocalCluster
 from tests.waiting import eventually
-from updater.rollout.journal import EntryState, Phase
+from updater.rollout.machine.journal import EntryState, Phase
 
 pytestmark = pytest.mark.cluster
 PODS = 6

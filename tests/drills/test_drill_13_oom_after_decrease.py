@@ -26,7 +26,7 @@ from tests.drills._rollout_scenario import (
 )
 from tests.nodesim.usage import Constant
 from tests.waiting import eventually
-from updater.rollout.journal import EntryState, Phase
+from updater.rollout.machine.journal import EntryState, Phase
 
 pytestmark = pytest.mark.cluster
 Mi = 2**20

@@ -21,7 +21,7 @@ from tests.conftest import SimFactory
 from tests.drills._rollout_scenario import DrillRow, DrillScenario, Sampler, Workload, generation_report, open_drill
 from tests.waiting import eventually
 from updater.policy.types import Action
-from updater.rollout.journal import EntryState, Phase
+from updater.rollout.machine.journal import EntryState, Phase
 
 pytestmark = pytest.mark.cluster
 LIMITS = {"cpu": "2", "memory": "512Mi"}

@@ -30,8 +30,8 @@ from tests.drills._rollout_scenario import (
     open_drill,
 )
 from tests.waiting import eventually
-from updater.rollout.journal import EntryState, Phase
-from updater.rollout.machine import MAX_TEMPLATE_REVERTS
+from updater.rollout.machine.journal import EntryState, Phase
+from updater.rollout.machine.lifecycle import MAX_TEMPLATE_REVERTS
 
 pytestmark = pytest.mark.cluster
 GUARANTEED = {"cpu": "500m", "memory": "256Mi"}

@@ -17,7 +17,7 @@ from kubernetes import client
 from tests.conftest import SimFactory
 from tests.drills._rollout_scenario import CountingEvictor, DrillRow, DrillScenario, Sampler, Workload, open_drill
 from tests.waiting import eventually
-from updater.rollout.journal import EntryState
+from updater.rollout.machine.journal import EntryState
 
 pytestmark = pytest.mark.cluster
 

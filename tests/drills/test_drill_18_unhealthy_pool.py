@@ -16,7 +16,7 @@ from kubernetes import client
 from tests.conftest import SimFactory
 from tests.drills._rollout_scenario import DrillRow, DrillScenario, Sampler, Workload, generation_report, open_drill
 from tests.waiting import eventually
-from updater.rollout.journal import EntryState, Phase
+from updater.rollout.machine.journal import EntryState, Phase
 
 pytestmark = pytest.mark.cluster
 

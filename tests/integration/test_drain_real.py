@@ -21,9 +21,9 @@ from kubernetes import client
 from podtailor.units import parse_memory_bytes
 from tests.builders.cluster import POOL_KEY, Scenario
 from tests.waiting import eventually
+from updater.kube.writes import ServingGateWriter
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
-from updater.rollout.journal import Phase
-from updater.rollout.writes import ServingGateWriter
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 Mi = 2**20

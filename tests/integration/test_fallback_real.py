@@ -21,7 +21,7 @@ from podtailor.units import parse_cpu_millicores
 from tests.builders.cluster import Scenario
 from tests.waiting import eventually
 from updater.policy.types import Action
-from updater.rollout.journal import Phase
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 

@@ -28,10 +28,10 @@ from tests.integration.webhook_probe import mutated, replacements
 from tests.waiting import eventually
 from updater.answers import Refusal
 from updater.kube.refusals import Refused
+from updater.kube.writes import PodResizer
 from updater.metrics import UpdaterMetrics
 from updater.policy.quota import HELD_ANNOTATION
-from updater.rollout.journal import ContainerValues, Phase
-from updater.rollout.writes import PodResizer
+from updater.rollout.machine.journal import ContainerValues, Phase
 from updater.webhook.review import ANNOTATION
 
 pytestmark = pytest.mark.cluster

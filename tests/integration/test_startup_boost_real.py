@@ -22,7 +22,7 @@ from tests.builders.cluster import Scenario
 from tests.integration.webhook_probe import replacements
 from tests.waiting import eventually
 from updater.policy.quota import BOOST_REJECTED_ANNOTATION
-from updater.rollout.journal import Phase
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 TARGET = {"cpu": "250m", "memory": "256Mi"}

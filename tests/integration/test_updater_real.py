@@ -21,8 +21,8 @@ from tests.builders.cluster import POOL_KEY, Mi, Scenario
 from tests.nodesim.usage import Constant
 from tests.waiting import eventually
 from updater.kube.snapshot import ClusterReader
-from updater.rollout.journal import Phase
-from updater.rollout.writes import PodResizer
+from updater.kube.writes import PodResizer
+from updater.rollout.machine.journal import Phase
 
 pytestmark = pytest.mark.cluster
 

@@ -40,11 +40,11 @@ from tests.nodesim.kubelet import NodeSimulator, SimConfig
 from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
 from tests.nodesim.usage import Constant
 from updater.kube.snapshot import ClusterReader
+from updater.kube.writes import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
 from updater.policy.planner import plan
-from updater.rollout.executor import Executor
-from updater.rollout.grouping import group_by_policy
-from updater.rollout.journal import TERMINAL, ContainerValues, EntryState, Phase
-from updater.rollout.writes import EventRecorder, Evictor, PodResizer, RolloutStore, TemplatePatcher
+from updater.rollout.act.executor import Executor
+from updater.rollout.act.grouping import group_by_policy
+from updater.rollout.machine.journal import TERMINAL, ContainerValues, EntryState, Phase
 
 NS = "soak"
 POOL_KEY = POOL_LABEL_KEYS["podtailor"]

@@ -11,7 +11,7 @@ from podtailor.resize.types import QoS, Reason
 from tests.builders.policy import MI, container, ctarget, node, pod, run, wtarget
 from updater.policy.quota import Subject, applies
 from updater.policy.types import Action, QuotaView, ScopeRequirement
-from updater.rollout.executor import actionable
+from updater.rollout.act.executor import actionable
 
 
 def quota(name: str = "compute", *, hard: int, used: int, key: str = "requests.cpu",

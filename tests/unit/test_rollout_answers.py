@@ -32,9 +32,9 @@ from updater.answers import (
 )
 from updater.kube.pods import convert_pod
 from updater.kube.refusals import NotNow, Refused, refusal_of, write_error
-from updater.rollout import machine
-from updater.rollout.fallback import infeasible_uids
-from updater.rollout.journal import BatchPhase, EntryState
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.fallback import infeasible_uids
+from updater.rollout.machine.journal import BatchPhase, EntryState
 
 NODE_CAPACITY = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
                  "message": "pods \"p\" is forbidden: node didn't have enough allocatable resources: cpu, requested: "

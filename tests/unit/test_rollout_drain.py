@@ -10,8 +10,8 @@ from dataclasses import replace
 from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
 from tests.builders.webhook import apply, patch_of, pod, review, snapshot
 from updater.observe import DRAIN_ANNOTATION, SERVING_GATE
-from updater.rollout import machine
-from updater.rollout.journal import EntryState, Phase
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.journal import EntryState, Phase
 from updater.webhook.review import admit
 
 
@@ -91,7 +91,7 @@ def test_the_plan_flags_a_restart_without_drain() -> None:
 
 
 def test_the_updater_puts_new_gated_pods_in_service_but_not_one_it_is_draining() -> None:
-    from updater.rollout.executor import Executor
+    from updater.rollout.act.executor import Executor
 
     class Gates:
         def __init__(self) -> None:

@@ -15,12 +15,12 @@ import pytest
 
 from podtailor.kube.errors import TemporaryKubeError
 from tests.builders.rollout import NEW, NOW, OLD, entry, obs
+from updater.kube.writes import Conflict
 from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, RolloutPolicy
-from updater.rollout import machine
-from updater.rollout.executor import Executor
-from updater.rollout.journal import BatchPhase, BatchRecord, EntryState, Phase, Rollout
-from updater.rollout.writes import Conflict
+from updater.rollout.act.executor import Executor
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.journal import BatchPhase, BatchRecord, EntryState, Phase, Rollout
 
 
 def pool_rollout(pool: str, pods: int) -> Rollout:
@@ -197,7 +197,7 @@ def test_what_is_known_ahead_of_a_journal_is_dropped_when_another_writer_changes
 
 
 def test_derivable_is_only_answered_resizes_and_pods_seen_verified() -> None:
-    from updater.rollout.entries import derivable
+    from updater.rollout.machine.entries import derivable
 
     planned = pool_rollout("p1", 2)
     batch = replace(planned.batches[0], phase=BatchPhase.APPLYING, started_s=NOW, deadline_s=NOW + 600)

@@ -16,9 +16,9 @@ from updater.kube.refusals import NotNow
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Action, FallbackMode, Plan, PodDecision, RolloutPolicy
-from updater.rollout import machine
-from updater.rollout.executor import Executor
-from updater.rollout.fallback import (
+from updater.rollout.act.executor import Executor
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.fallback import (
     BudgetBlock,
     budget_blocks,
     fallback_entries,
@@ -28,7 +28,7 @@ from updater.rollout.fallback import (
     reverted_templates,
     without_reverted,
 )
-from updater.rollout.journal import BatchPhase, ContainerValues, EntryState, Phase, Rollout
+from updater.rollout.machine.journal import BatchPhase, ContainerValues, EntryState, Phase, Rollout
 
 WORK = ("ns", "Deployment", "web")
 

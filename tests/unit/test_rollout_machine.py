@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from podtailor.resources import Resources
 from tests.builders.rollout import NEW, NOW, OLD, entry, obs, rollout
-from updater.rollout import machine
-from updater.rollout.journal import (
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.journal import (
     BatchPhase,
     Entry,
     EntryState,

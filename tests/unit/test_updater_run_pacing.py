@@ -7,7 +7,7 @@ import threading
 import time
 
 from updater.__main__ import MIN_PASS_GAP_S, pause_after_pass
-from updater.rollout.executor import PassResult
+from updater.rollout.act.executor import PassResult
 
 
 def waited(result: PassResult, interval_s: float, change_after_s: float | None, watching: bool = True) -> float:

@@ -78,7 +78,7 @@ def test_the_server_counts_the_outcome() -> None:
 
 def test_the_updater_records_the_held_pod_as_an_event_once() -> None:
     from tests.builders.policy import pod as pod_view
-    from updater.rollout.executor import Executor
+    from updater.rollout.act.executor import Executor
 
     class Recorder:
         def __init__(self) -> None:

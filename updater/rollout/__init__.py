@@ -1,1 +1,2 @@
-"""Rollouts: the durable journal, the pure state machine, the store that writes, the executor that acts."""
+"""Rollouts: ``machine/`` is the pure state machine and its durable journal; ``act/`` is the executor that
+performs its steps through the writes in ``updater.kube.writes``."""

@@ -25,7 +25,7 @@ from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing
 from podtailor.resources import parse_resources, quantities
 from updater.kube.informer import Informer, resource_version
 from updater.kube.refusals import write_error
-from updater.rollout.journal import ContainerValues, Rollout, from_object, to_status
+from updater.rollout.machine.journal import ContainerValues, Rollout, from_object, to_status
 
 GROUP, VERSION, PLURAL = "podtailor.io", "v1alpha1", "resizerollouts"
 log = logging.getLogger("podtailor.updater")

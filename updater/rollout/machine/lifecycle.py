@@ -25,19 +25,7 @@ from dataclasses import replace
 
 from updater.answers import Refusal
 from updater.observe import PodObservation
-from updater.rollout.journal import (
-    ACTIVE,
-    EVICT,
-    RESIZE,
-    TEMPLATE,
-    BatchPhase,
-    BatchRecord,
-    Entry,
-    EntryState,
-    Phase,
-    Rollout,
-)
-from updater.rollout.machine_effects import (
+from updater.rollout.machine.effects import (
     WAITING,
     Effect,
     Event,
@@ -56,7 +44,19 @@ from updater.rollout.machine_effects import (
     set_entries,
     spec_matches,
 )
-from updater.rollout.machine_verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
+from updater.rollout.machine.journal import (
+    ACTIVE,
+    EVICT,
+    RESIZE,
+    TEMPLATE,
+    BatchPhase,
+    BatchRecord,
+    Entry,
+    EntryState,
+    Phase,
+    Rollout,
+)
+from updater.rollout.machine.verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
 
 __all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Resize", "SetServing",
            "Timeouts", "WorkloadObservation", "Workloads", "advance", "answered", "blocked_event", "settle",

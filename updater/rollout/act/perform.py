@@ -18,13 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from podtailor.kube.errors import KubeError, TemporaryKubeError
 from updater.answers import Refusal
 from updater.kube.refusals import refusal_of
+from updater.kube.writes import Conflict
 from updater.observe import PodObservation
-from updater.rollout import machine
-from updater.rollout.entries import derivable
-from updater.rollout.journal import TERMINAL, EntryState, Rollout
-from updater.rollout.ports import Writers
-from updater.rollout.recording import Recording
-from updater.rollout.writes import Conflict
+from updater.rollout.act.ports import Writers
+from updater.rollout.act.recording import Recording
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.entries import derivable
+from updater.rollout.machine.journal import TERMINAL, EntryState, Rollout
 
 log = logging.getLogger("podtailor.updater")
 Outcome = int | Exception | None

@@ -17,8 +17,8 @@ from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures
 from updater.observe import PodObservation
 from updater.policy.types import HpaView, NodeView, Plan, PodView, QuotaView, RolloutPolicy, WorkloadTarget
-from updater.rollout.journal import ContainerValues, Rollout
-from updater.rollout.machine_effects import Timeouts
+from updater.rollout.machine.effects import Timeouts
+from updater.rollout.machine.journal import ContainerValues, Rollout
 
 
 class PassSnapshot(Protocol):

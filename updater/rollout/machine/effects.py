@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from updater.observe import PodObservation
-from updater.rollout.journal import BatchRecord, ContainerValues, Entry, EntryState, Rollout
+from updater.rollout.machine.journal import BatchRecord, ContainerValues, Entry, EntryState, Rollout
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,5 +135,5 @@ def answered(entries: Iterable[Entry]) -> bool:
     batch: once the batch has nothing else to send or hear back about, it is verified and baked, and the next
     batch starts. While its batch is still being applied the pod is tried again when its back-off ends; after
     that, the pool's next rollout tries it again (the planner holds it until its back-off ends and carries its
-    refusal count on: ``updater.rollout.fallback.budget_blocks``), so it is never lost."""
+    refusal count on: ``updater.rollout.machine.fallback.budget_blocks``), so it is never lost."""
     return not any(e.state in WAITING for e in entries)

@@ -17,8 +17,8 @@ from types import TracebackType
 
 from updater.observe import PodObservation
 from updater.policy.types import Plan, RolloutPolicy
-from updater.rollout import machine
-from updater.rollout.journal import BatchPhase, EntryState, Phase, Rollout
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.journal import BatchPhase, EntryState, Phase, Rollout
 
 MAX_ROLLOUT_THREADS = 16
 """Rollouts performed at once in a pass (more wait their turn); their resizes share ``parallelism`` threads."""

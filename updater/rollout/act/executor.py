@@ -25,22 +25,12 @@ from typing import Generic, TypeVar, cast, overload
 
 from podtailor.kube.errors import KubeError
 from updater.answers import ServerFeatures
+from updater.kube.writes import rollout_name
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, QuotaView, RolloutPolicy
-from updater.rollout import machine
-from updater.rollout.entries import actionable, awaiting_pods, bake_until, journal_for, pools_to_start
-from updater.rollout.fallback import (
-    budget_blocks,
-    held_by_budget,
-    infeasible_uids,
-    mark_infeasible,
-    reverted_templates,
-    without_reverted,
-)
-from updater.rollout.journal import ContainerValues, Phase, Rollout
-from updater.rollout.perform import Performer
-from updater.rollout.ports import (
+from updater.rollout.act.perform import Performer
+from updater.rollout.act.ports import (
     Evictions,
     PassSnapshot,
     Planner,
@@ -55,9 +45,19 @@ from updater.rollout.ports import (
     Tuning,
     Writers,
 )
-from updater.rollout.recording import Recording
-from updater.rollout.schedule import Step, Threads, decide, free_slots, open_rollouts, wake_s
-from updater.rollout.writes import rollout_name
+from updater.rollout.act.recording import Recording
+from updater.rollout.act.schedule import Step, Threads, decide, free_slots, open_rollouts, wake_s
+from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.entries import actionable, awaiting_pods, bake_until, journal_for, pools_to_start
+from updater.rollout.machine.fallback import (
+    budget_blocks,
+    held_by_budget,
+    infeasible_uids,
+    mark_infeasible,
+    reverted_templates,
+    without_reverted,
+)
+from updater.rollout.machine.journal import ContainerValues, Phase, Rollout
 
 __all__ = ["Executor", "PassResult", "actionable"]
 log = logging.getLogger("podtailor.updater")

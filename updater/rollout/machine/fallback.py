@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from podtailor.resize.types import Reason
 from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, RolloutPolicy
-from updater.rollout.journal import EVICT, TEMPLATE, BatchRecord, ContainerValues, Entry, EntryState, Rollout
+from updater.rollout.machine.journal import EVICT, TEMPLATE, BatchRecord, ContainerValues, Entry, EntryState, Rollout
 
 Workload = tuple[str, str, str]
 
@@ -41,7 +41,7 @@ def mark_infeasible(pods: Sequence[PodView], infeasible: Mapping[str, str]) -> l
 
 def reverted_templates(rollouts: Sequence[Rollout]) -> set[Workload]:
     """Workloads whose template another field manager put back MAX_TEMPLATE_REVERTS times: left alone."""
-    from updater.rollout.machine import MAX_TEMPLATE_REVERTS
+    from updater.rollout.machine.lifecycle import MAX_TEMPLATE_REVERTS
 
     return {e.workload for r in rollouts for e in r.entries
             if e.action == TEMPLATE and e.state == EntryState.SKIPPED and e.attempts >= MAX_TEMPLATE_REVERTS}

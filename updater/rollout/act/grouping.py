@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from updater.kube.policy_crd import PolicyError, parse_policy, select_policy
 from updater.policy.types import PodView, RolloutPolicy
-from updater.rollout.ports import PassSnapshot
+from updater.rollout.act.ports import PassSnapshot
 
 
 def group_by_policy(snap: PassSnapshot) -> list[tuple[RolloutPolicy, Sequence[PodView]]]:

@@ -14,8 +14,8 @@ from dataclasses import replace
 
 from updater.observe import PodObservation
 from updater.policy.types import Action, Plan, PodDecision, PodView, RolloutPolicy
-from updater.rollout.fallback import fallback_entries
-from updater.rollout.journal import BatchPhase, BatchRecord, ContainerValues, Entry, EntryState, Phase, Rollout
+from updater.rollout.machine.fallback import fallback_entries
+from updater.rollout.machine.journal import BatchPhase, BatchRecord, ContainerValues, Entry, EntryState, Phase, Rollout
 
 MAX_ENTRIES_PER_ROLLOUT = 1000
 """The journal is one object: about 700 bytes per entry keeps a rollout well under etcd's 1.5 MiB request

@@ -15,18 +15,7 @@ from dataclasses import replace
 from podtailor.resources import Resources
 from podtailor.units import format_cpu, format_memory
 from updater.observe import PodObservation
-from updater.rollout.journal import (
-    EVICT,
-    RESIZE,
-    BatchPhase,
-    BatchRecord,
-    ContainerValues,
-    Entry,
-    EntryState,
-    Phase,
-    Rollout,
-)
-from updater.rollout.machine_effects import (
+from updater.rollout.machine.effects import (
     Effect,
     Event,
     Timeouts,
@@ -36,6 +25,17 @@ from updater.rollout.machine_effects import (
     serving_effect,
     set_batch,
     set_entries,
+)
+from updater.rollout.machine.journal import (
+    EVICT,
+    RESIZE,
+    BatchPhase,
+    BatchRecord,
+    ContainerValues,
+    Entry,
+    EntryState,
+    Phase,
+    Rollout,
 )
 
 MAX_TEMPLATE_REVERTS = 3

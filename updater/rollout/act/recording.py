@@ -16,9 +16,9 @@ from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.quota import BOOST_REJECTED_ANNOTATION, HELD_ANNOTATION
 from updater.policy.types import Action, Plan, PodView, RolloutPolicy
-from updater.rollout.journal import TERMINAL, Rollout
-from updater.rollout.machine_effects import Event
-from updater.rollout.ports import Recorder
+from updater.rollout.act.ports import Recorder
+from updater.rollout.machine.effects import Event
+from updater.rollout.machine.journal import TERMINAL, Rollout
 
 
 class Recording:
