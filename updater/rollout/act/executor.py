@@ -8,10 +8,10 @@ pool without an open rollout, the planner's batches become a new ResizeRollout. 
 pool until a person sets ``spec.retry`` (then it is closed as RolledBack and the pool is planned afresh).
 Concurrency is capped globally.
 
-The ``Executor`` coordinates; the parts are: ``ports.py`` (what it is given, as types), ``entries.py`` (the
-journal of a new rollout, and what progress needs writing), ``schedule.py`` (deciding the steps under the cap,
-and the pass's threads), ``perform.py`` (the API calls and what their answers mean for the journal) and
-``recording.py`` (Events and metrics).
+The ``Executor`` coordinates; the parts are: ``ports.py`` (what it is given, as types), ``machine/entries.py``
+(the journal of a new rollout, and what progress needs writing), ``machine/schedule.py`` (deciding the steps
+under the cap), ``threads.py`` (the pass's threads), ``perform.py`` (the API calls and what their answers mean
+for the journal) and ``recording.py`` (Events and metrics).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from updater.rollout.act.ports import (
     Writers,
 )
 from updater.rollout.act.recording import Recording
-from updater.rollout.act.schedule import Step, Threads, decide, free_slots, open_rollouts, wake_s
+from updater.rollout.act.threads import Threads
 from updater.rollout.machine import lifecycle as machine
 from updater.rollout.machine.entries import actionable, awaiting_pods, bake_until, journal_for, pools_to_start
 from updater.rollout.machine.fallback import (
@@ -58,6 +58,7 @@ from updater.rollout.machine.fallback import (
     without_reverted,
 )
 from updater.rollout.machine.journal import ContainerValues, Phase, Rollout
+from updater.rollout.machine.schedule import Step, decide, free_slots, open_rollouts, wake_s
 
 __all__ = ["Executor", "PassResult", "actionable"]
 log = logging.getLogger("podtailor.updater")

@@ -3,7 +3,7 @@
 Owns the shape of everything that crosses between the executor and its collaborators, so that none of it is
 ``Any``: ``PassSnapshot`` (what a pass reads from ``updater.kube.snapshot.Snapshot``), ``Planner`` (the
 signature of ``updater.policy.planner.plan``), ``PolicyOf`` (``grouping.group_by_policy``), and one Protocol
-per write port (the real ones are in ``writes.py``). The ports are grouped by what they are for: ``Reads``
+per write port (the real ones are in ``updater.kube.writes``). The ports are grouped by what they are for: ``Reads``
 (where a pass reads from), ``Writers`` (what it writes through) and ``Tuning`` (how fast it goes).
 """
 
