@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -137,6 +138,27 @@ def _fields(r: Rollout) -> dict[str, Any]:
     return {f: getattr(r, f) for f in r.__dataclass_fields__}
 
 
+def container_resources(v: ContainerValues) -> dict[str, Any]:
+    """One container's entry in a resize or template patch: its name, requests, and limits when it has any."""
+    res: dict[str, Any] = {"requests": quantities(v.requests)}
+    if quantities(v.limits):
+        res["limits"] = quantities(v.limits)
+    return {"name": v.name, "resources": res}
+
+
+def resize_body(uid: str, resource_version: str, values: Sequence[ContainerValues]) -> dict[str, Any]:
+    """The ``pods/resize`` patch: the pod's uid and resourceVersion as preconditions, and only the containers
+    that change, sidecars (restartable init containers) under ``initContainers``."""
+    spec: dict[str, Any] = {}
+    regular = [container_resources(v) for v in values if not v.sidecar]
+    sidecars = [container_resources(v) for v in values if v.sidecar]
+    if regular:
+        spec["containers"] = regular
+    if sidecars:
+        spec["initContainers"] = sidecars
+    return {"metadata": {"uid": uid, "resourceVersion": resource_version}, "spec": spec}
+
+
 class PodResizer:
     def __init__(self, api_client: client.ApiClient, field_manager: str = "podtailor-updater") -> None:
         self.core: Any = client.CoreV1Api(api_client)
@@ -145,19 +167,7 @@ class PodResizer:
     def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
                values: Sequence[ContainerValues]) -> int:
         """Patch pods/resize; returns the pod's new generation. Raises Conflict on 409, KubeError otherwise."""
-        def spec(v: ContainerValues) -> dict[str, Any]:
-            res: dict[str, Any] = {"requests": quantities(v.requests)}
-            if quantities(v.limits):
-                res["limits"] = quantities(v.limits)
-            return {"name": v.name, "resources": res}
-
-        body: dict[str, Any] = {"metadata": {"uid": uid, "resourceVersion": resource_version}, "spec": {}}
-        regular = [spec(v) for v in values if not v.sidecar]
-        sidecars = [spec(v) for v in values if v.sidecar]
-        if regular:
-            body["spec"]["containers"] = regular
-        if sidecars:
-            body["spec"]["initContainers"] = sidecars
+        body = resize_body(uid, resource_version, values)
         try:
             out = self.core.patch_namespaced_pod_resize(pod, namespace, body, field_manager=self.field_manager,
                                                         _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
@@ -167,8 +177,6 @@ class PodResizer:
             raise write_error(err, f"resize pod {namespace}/{pod}") from err
         except Exception as err:
             raise classify(err, f"resize pod {namespace}/{pod}") from err
-        import json
-
         return int(json.loads(out.data)["metadata"]["generation"])
 
 
@@ -188,9 +196,6 @@ class EventRecorder:
         obj = events.ObjectRef(api_version=_API_VERSIONS.get(kind, f"{GROUP}/{VERSION}"), kind=kind, name=name,
                                namespace=namespace, uid=uid)
         self.events.record(obj, reason, message, warning=warning)
-
-
-__all__ = ["Conflict", "EventRecorder", "KubeError", "PodResizer", "RolloutStore", "rollout_name"]
 
 
 class ServingGateWriter:
@@ -249,8 +254,6 @@ class TemplatePatcher:
 
     def read(self, namespace: str, kind: str, name: str,
              containers: Sequence[str]) -> tuple[ContainerValues, ...] | None:
-        import json
-
         try:
             resp = getattr(self.apps, f"read_namespaced_{_TEMPLATE_KINDS[kind]}")(
                 name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
@@ -273,16 +276,14 @@ class TemplatePatcher:
         return tuple(out)
 
     def patch(self, namespace: str, kind: str, name: str, values: Sequence[ContainerValues]) -> None:
-        containers = []
-        for v in values:
-            res: dict[str, Any] = {"requests": quantities(v.requests)}
-            if quantities(v.limits):
-                res["limits"] = quantities(v.limits)
-            containers.append({"name": v.name, "resources": res})
-        body = {"spec": {"template": {"spec": {"containers": containers}}}}
+        body = {"spec": {"template": {"spec": {"containers": [container_resources(v) for v in values]}}}}
         try:
             getattr(self.apps, f"patch_namespaced_{_TEMPLATE_KINDS[kind]}")(
                 name, namespace, body, field_manager=self.field_manager, _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as err:
             raise classify(err, f"patch {kind} {namespace}/{name} template") from err
+
+
+__all__ = ["Conflict", "EventRecorder", "Evictor", "KubeError", "PodResizer", "RolloutStore", "ServingGateWriter",
+           "TemplatePatcher", "container_resources", "resize_body", "rollout_name"]
