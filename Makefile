@@ -11,7 +11,7 @@ help:
 	@echo "make test   - install everything, lint (ruff, mypy), run the whole suite against a real local cluster"
 	@echo "make demo   - bring up the local cluster (real control plane + Prometheus) and run the demo"
 	@echo "make bench  - run the benchmarks and write tests/benchmarks/RESULTS.md"
-	@echo "make lint   - ruff and mypy only"
+	@echo "make lint   - ruff, mypy, import contracts and the 400-line module cap"
 	@echo "make unit   - unit tests only (no servers)"
 	@echo "make soak   - recommender and updater for minutes on a fast clock, faults, then a journal audit"
 
@@ -23,6 +23,8 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict tests/harness tests/nodesim tests/benchmarks
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy --strict scripts/check_module_size.py
+	$(PY) scripts/check_module_size.py
 
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
