@@ -101,14 +101,14 @@ def applying() -> machine.Rollout:
 
 
 def test_above_allocatable_403_is_infeasible_and_goes_to_the_fallback() -> None:
-    r = machine.settle(applying(), "ns/a", "apply", ok=False, generation=None, now_s=NOW, error="403 ...",
+    r = machine.settle(applying(), "ns/a", machine.Purpose.APPLY, ok=False, generation=None, now_s=NOW, error="403 ...",
                        refusal=Refusal.ABOVE_ALLOCATABLE)
     assert r.entries[0].state == EntryState.INFEASIBLE
     assert infeasible_uids([r]) == {"uid-a": "403 ..."}  # the next plan hands it to the fallback
 
 
 def test_exceeded_quota_is_skipped_never_handed_to_the_fallback() -> None:
-    r = machine.settle(applying(), "ns/a", "apply", ok=False, generation=None, now_s=NOW,
+    r = machine.settle(applying(), "ns/a", machine.Purpose.APPLY, ok=False, generation=None, now_s=NOW,
                        error="resize pod ns/a: 403 exceeded quota: compute", refusal=Refusal.QUOTA)
     assert r.entries[0].state == EntryState.SKIPPED and r.entries[0].message.startswith("quota: ")
     assert infeasible_uids([r]) == {}
@@ -117,13 +117,13 @@ def test_exceeded_quota_is_skipped_never_handed_to_the_fallback() -> None:
 
 def test_an_untyped_refusal_that_mentions_allocatable_is_only_a_skip() -> None:
     # The old string match took any error with "allocatable" in it for Infeasible; only the kind counts now.
-    r = machine.settle(applying(), "ns/a", "apply", ok=False, generation=None, now_s=NOW,
+    r = machine.settle(applying(), "ns/a", machine.Purpose.APPLY, ok=False, generation=None, now_s=NOW,
                        error="admission webhook denied: allocatable", refusal=Refusal.OTHER)
     assert r.entries[0].state == EntryState.SKIPPED
 
 
 def verifying(pending: str, since: float, message: str) -> tuple[machine.Rollout, machine.PodObservation]:
-    r = machine.settle(applying(), "ns/a", "apply", ok=True, generation=2, now_s=NOW)
+    r = machine.settle(applying(), "ns/a", machine.Purpose.APPLY, ok=True, generation=2, now_s=NOW)
     o = obs("a", NEW, OLD, generation=2, observed=2, pending=pending, since=since)
     return r, replace(o, resize_pending_message=message,
                       infeasible_cause=infeasible_cause(message) if pending == "Infeasible" else None)

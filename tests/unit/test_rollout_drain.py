@@ -37,7 +37,7 @@ def test_the_resize_waits_until_the_pod_has_left_its_endpoints_and_it_serves_aga
     # 3. The endpoint is not ready any more: the resize goes out.
     r, effects = machine.advance(r, {"ns/a": gated(obs("a", OLD), serving=False, endpoint=False)}, NOW + 2)
     assert kinds(effects) == ["Resize"] and r.entries[0].state == EntryState.APPLYING
-    r = machine.settle(r, "ns/a", "apply", ok=True, generation=2, now_s=NOW + 2)
+    r = machine.settle(r, "ns/a", machine.Purpose.APPLY, ok=True, generation=2, now_s=NOW + 2)
     # 4. Restarted (restart count +1 is expected), containers ready, gate still False: set it True.
     done = gated(obs("a", NEW, generation=2, observed=2, restarts=1), serving=False, endpoint=False)
     r, effects = machine.advance(r, {"ns/a": done}, NOW + 3)

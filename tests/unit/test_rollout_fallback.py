@@ -44,8 +44,8 @@ BUDGET_429 = ("evict pod ns/a: 429 Cannot evict pod as it would violate the pod'
 
 def refused(r: Rollout, pod: str, now_s: float, *, refusal: Refusal = Refusal.DISRUPTION_BUDGET,
             retry_after_s: float = 0.0) -> Rollout:
-    return machine.settle(r, f"ns/{pod}", "evict", ok=False, generation=None, now_s=now_s, error=BUDGET_429,
-                          retry_after_s=retry_after_s, refusal=refusal)
+    return machine.settle(r, f"ns/{pod}", machine.Purpose.EVICT, ok=False, generation=None, now_s=now_s,
+                          error=BUDGET_429, retry_after_s=retry_after_s, refusal=refusal)
 
 
 def evicts(effects: Sequence[machine.Effect]) -> list[str]:
@@ -90,7 +90,7 @@ def test_a_budget_refusal_does_not_hold_up_the_pools_next_batch() -> None:
     big = ("ns", "Deployment", "big")
     r, effects = machine.advance(r, pods, NOW)
     assert evicts(effects) == ["ns/big-a", "ns/guarded-a"]
-    r = machine.settle(r, "ns/big-a", "evict", ok=True, generation=None, now_s=NOW)
+    r = machine.settle(r, "ns/big-a", machine.Purpose.EVICT, ok=True, generation=None, now_s=NOW)
     r = refused(r, "guarded-a", NOW)
     # Only the Blocked pod is left: the batch is answered and verifies the eviction that happened.
     r, effects = machine.advance(r, pods, NOW + 1, workloads={big: machine.WorkloadObservation(ready=2)})
@@ -106,7 +106,7 @@ def test_a_budget_refusal_does_not_hold_up_the_pools_next_batch() -> None:
     assert evicts(effects) == ["ns/big-b", "ns/guarded-b"]
     states = {e.pod: (e.state, e.attempts, e.not_before_s) for e in r.entries}
     assert states["guarded-a"] == (EntryState.BLOCKED, 1, NOW + 10)  # pending, untouched, never lost
-    r = machine.settle(r, "ns/big-b", "evict", ok=True, generation=None, now_s=NOW + 7)
+    r = machine.settle(r, "ns/big-b", machine.Purpose.EVICT, ok=True, generation=None, now_s=NOW + 7)
     r = refused(r, "guarded-b", NOW + 7)
     r, _ = machine.advance(r, pods, NOW + 8, workloads={big: machine.WorkloadObservation(ready=2)})
     r, _ = machine.advance(r, pods, NOW + 9, workloads={big: machine.WorkloadObservation(ready=3)})
@@ -174,7 +174,7 @@ def test_a_template_reverted_by_gitops_is_patched_again_then_left_alone() -> Non
             if isinstance(fx, machine.PatchTemplate):
                 patches += 1
                 template = NEW  # our patch lands...
-                r = machine.settle(r, fx.key, "template", ok=True, generation=None, now_s=NOW)
+                r = machine.settle(r, fx.key, machine.Purpose.TEMPLATE, ok=True, generation=None, now_s=NOW)
                 r, _ = step(r)
                 template = OLD  # ...and GitOps puts the old values back before we verify
         if r.entries[0].state == EntryState.SKIPPED:
@@ -233,8 +233,8 @@ def test_a_retry_after_longer_than_the_back_off_is_honoured() -> None:
     r, _ = machine.advance(evicting(entry("a", 0)), {"ns/a": obs("a", OLD)}, NOW)
     # API Priority and Fairness: 429 with Retry-After 16 s beats the first back-off of 10 s. The server's "not
     # now" is not the pod's outcome: the entry stays Evicting and the batch waits for it.
-    r = machine.settle(r, "ns/a", "evict", ok=False, generation=None, now_s=NOW, error="429 Too Many Requests",
-                       retry_after_s=16.0, refusal=Refusal.NOT_NOW)
+    r = machine.settle(r, "ns/a", machine.Purpose.EVICT, ok=False, generation=None, now_s=NOW,
+                       error="429 Too Many Requests", retry_after_s=16.0, refusal=Refusal.NOT_NOW)
     assert r.entries[0].state == EntryState.EVICTING and r.entries[0].not_before_s == NOW + 16
     assert not machine.answered(r.entries)
     # A budget's 429 "still being processed" carries Retry-After 10: the longer of the two wins there too.

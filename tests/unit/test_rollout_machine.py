@@ -97,7 +97,7 @@ def test_an_oom_kill_while_baking_restores_the_batch_and_halts_the_pool() -> Non
     # Both pods the batch touched go back to exactly their recorded values.
     assert {z.key for z in reverts} == {"ns/a", "ns/b"} and all(z.values == (OLD,) for z in reverts)
     for z in reverts:
-        r = machine.settle(r, z.key, "revert", ok=True, generation=3, now_s=NOW + 31)
+        r = machine.settle(r, z.key, machine.Purpose.REVERT, ok=True, generation=3, now_s=NOW + 31)
     restored = {k: obs(k, OLD, OLD, generation=3, observed=3) for k in ("a", "b")}
     r, _ = machine.advance(r, {f"ns/{k}": v for k, v in restored.items()}, NOW + 32)
     assert r.phase == Phase.HALTED and all(e.state == EntryState.REVERTED for e in r.entries)

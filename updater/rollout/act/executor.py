@@ -57,7 +57,7 @@ from updater.rollout.machine.fallback import (
     reverted_templates,
     without_reverted,
 )
-from updater.rollout.machine.journal import ContainerValues, Phase, Rollout
+from updater.rollout.machine.journal import ContainerValues, EntryAction, Phase, Rollout
 from updater.rollout.machine.schedule import Step, decide, free_slots, open_rollouts, wake_s
 
 __all__ = ["Executor", "PassResult", "actionable"]
@@ -200,7 +200,7 @@ class Executor:
         templates: dict[tuple[str, str, str], tuple[ContainerValues, ...] | None] = {}
         for r in rollouts:
             for e in r.entries:
-                if e.action == "template" and self.templates is not None and e.workload not in templates:
+                if e.action == EntryAction.TEMPLATE and self.templates is not None and e.workload not in templates:
                     templates[e.workload] = self.templates.read(e.namespace, e.workload_kind, e.workload_name,
                                                                 [v.name for v in e.after])
         keys = set(ready) | set(templates)

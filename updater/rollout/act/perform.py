@@ -151,14 +151,15 @@ class Performer:
             self.count(1)
         except KubeError as err:
             log.warning("serving gate not set", extra={"key": fx.key, "serving": fx.serving, "error": str(err)})
-            return machine.settle(r, fx.key, "serving", ok=False, generation=None, now_s=now_s, error=str(err)), 0
-        return machine.settle(r, fx.key, "serving", ok=True, generation=None, now_s=now_s), 1
+            return machine.settle(r, fx.key, machine.Purpose.SERVING, ok=False, generation=None, now_s=now_s,
+                                  error=str(err)), 0
+        return machine.settle(r, fx.key, machine.Purpose.SERVING, ok=True, generation=None, now_s=now_s), 1
 
     def _fallback(self, r: Rollout, fx: machine.Evict | machine.PatchTemplate, obs: Mapping[str, PodObservation],
                   now_s: float) -> tuple[Rollout, int]:
         """Evict or patch. A refusal is settled by its kind; one by the pod's PodDisruptionBudget also gets a
         Warning Event on the pod (``machine.blocked_event``), and its batch goes on without it."""
-        purpose = "evict" if isinstance(fx, machine.Evict) else "template"
+        purpose = machine.Purpose.EVICT if isinstance(fx, machine.Evict) else machine.Purpose.TEMPLATE
         try:
             if isinstance(fx, machine.Evict):
                 if self.writers.evictor is None:

@@ -6,11 +6,30 @@ An effect is a value: ``advance`` returns them, the executor performs them and t
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from updater.observe import PodObservation
 from updater.rollout.machine.journal import BatchRecord, ContainerValues, Entry, EntryState, Rollout
+
+
+class Purpose(enum.StrEnum):
+    """What a performed effect was for, as ``settle`` is told: it decides how the outcome is journaled. The value
+    is the ``purpose`` field of the executor's logs."""
+
+    APPLY = "apply"
+    """A resize to the entry's new values."""
+    REVERT = "revert"
+    """A resize back to the entry's recorded values (rollback, or an Infeasible pod restored)."""
+    EVICT = "evict"
+    TEMPLATE = "template"
+    SERVING = "serving"
+    """Setting the serving gate (either way)."""
+
+
+ResizePurpose = Literal[Purpose.APPLY, Purpose.REVERT]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,8 +42,7 @@ class Resize:
     uid: str
     values: tuple[ContainerValues, ...]
     expect: tuple[ContainerValues, ...]
-    purpose: str
-    """apply | revert"""
+    purpose: ResizePurpose
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,8 +121,8 @@ def same_pod(entry: Entry, obs: PodObservation | None) -> bool:
     return obs is not None and obs.uid == entry.uid and not obs.deleting
 
 
-def resize_effect(entry: Entry, purpose: str) -> Resize:
-    values, expect = (entry.after, entry.before) if purpose == "apply" else (entry.before, entry.after)
+def resize_effect(entry: Entry, purpose: ResizePurpose) -> Resize:
+    values, expect = (entry.after, entry.before) if purpose == Purpose.APPLY else (entry.before, entry.after)
     return Resize(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, values=values,
                   expect=expect, purpose=purpose)
 

@@ -20,7 +20,16 @@ from dataclasses import dataclass, replace
 
 from podtailor.resize.types import Reason
 from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, RolloutPolicy
-from updater.rollout.machine.journal import EVICT, TEMPLATE, BatchRecord, ContainerValues, Entry, EntryState, Rollout
+from updater.rollout.machine.journal import (
+    EVICT,
+    TEMPLATE,
+    BatchRecord,
+    ContainerValues,
+    Entry,
+    EntryAction,
+    EntryState,
+    Rollout,
+)
 
 Workload = tuple[str, str, str]
 
@@ -28,7 +37,7 @@ Workload = tuple[str, str, str]
 def infeasible_uids(rollouts: Sequence[Rollout]) -> dict[str, str]:
     """Pod uid -> why its in-place resize could not be done, from every journal we still have."""
     return {e.uid: e.message or "Infeasible" for r in rollouts for e in r.entries
-            if e.state == EntryState.INFEASIBLE and e.action == "resize"}
+            if e.state == EntryState.INFEASIBLE and e.action == EntryAction.RESIZE}
 
 
 def mark_infeasible(pods: Sequence[PodView], infeasible: Mapping[str, str]) -> list[PodView]:

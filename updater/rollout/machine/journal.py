@@ -42,7 +42,20 @@ class EntryState(enum.StrEnum):
 
 
 ACTIVE = frozenset({EntryState.APPLYING, EntryState.APPLIED, EntryState.VERIFIED})
-RESIZE, EVICT, TEMPLATE = "resize", "evict", "template"
+
+
+class EntryAction(enum.StrEnum):
+    """What an entry does to its pod; the value is what the journal stores as ``action``."""
+
+    RESIZE = "resize"
+    """In place, through ``pods/resize``."""
+    EVICT = "evict"
+    """Fallback: the Eviction API."""
+    TEMPLATE = "template"
+    """Fallback: patch the workload's pod template (one entry per workload)."""
+
+
+RESIZE, EVICT, TEMPLATE = EntryAction.RESIZE, EntryAction.EVICT, EntryAction.TEMPLATE
 SETTLED = frozenset({EntryState.VERIFIED, EntryState.SKIPPED, EntryState.GONE, EntryState.INFEASIBLE,
                      EntryState.REVERTED})
 
@@ -93,8 +106,7 @@ class Entry:
     """The pod's generation after our resize; verification waits for observedGeneration to reach it."""
     applied_s: float | None = None
     message: str = ""
-    action: str = "resize"
-    """resize (in place) | evict (fallback: Eviction API) | template (fallback: patch the workload template)."""
+    action: EntryAction = EntryAction.RESIZE
     attempts: int = 0
     not_before_s: float | None = None
     ready_before: int = 0
@@ -201,7 +213,7 @@ def to_status(r: Rollout) -> dict[str, Any]:
             "before": [_values(v) for v in e.before], "after": [_values(v) for v in e.after],
             "restarting": sorted(e.restarting), "restartsBefore": dict(e.restarts_before),
             "state": e.state.value, "generation": e.generation, "appliedSeconds": e.applied_s,
-            "message": e.message[:500], "action": e.action, "attempts": e.attempts,
+            "message": e.message[:500], "action": str(e.action), "attempts": e.attempts,
             "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before, "drain": e.drain}, _ENTRY_DEFAULTS)
             for e in r.entries],
     }
@@ -222,7 +234,7 @@ def from_object(obj: Mapping[str, Any]) -> Rollout:
                           restarts_before={k: int(v) for k, v in (e.get("restartsBefore") or {}).items()},
                           state=EntryState(e["state"]), generation=e.get("generation"),
                           applied_s=e.get("appliedSeconds"), message=e.get("message", ""),
-                          action=e.get("action", RESIZE), attempts=int(e.get("attempts", 0)),
+                          action=EntryAction(e.get("action", RESIZE)), attempts=int(e.get("attempts", 0)),
                           not_before_s=e.get("notBeforeSeconds"), ready_before=int(e.get("readyBefore", 0)),
                           drain=bool(e.get("drain", False)))
                     for e in st.get("entries") or [])

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import assert_never
 
 from updater.answers import Refusal
 from updater.observe import PodObservation
@@ -31,6 +32,7 @@ from updater.rollout.machine.effects import (
     Event,
     Evict,
     PatchTemplate,
+    Purpose,
     Resize,
     SetServing,
     Timeouts,
@@ -58,7 +60,8 @@ from updater.rollout.machine.journal import (
 )
 from updater.rollout.machine.verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
 
-__all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Resize", "SetServing",
+__all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Purpose", "Resize",
+           "SetServing",
            "Timeouts", "WorkloadObservation", "Workloads", "advance", "answered", "blocked_event", "settle",
            "spec_matches"]
 
@@ -91,7 +94,7 @@ def _start_or_resume(entry: Entry, obs: PodObservation | None, now_s: float) -> 
                        applied_s=entry.applied_s or now_s), []
     if not spec_matches(obs, entry.before):
         return replace(entry, state=EntryState.SKIPPED, message="resources changed by someone else since planned"), []
-    return replace(entry, state=EntryState.APPLYING, applied_s=now_s), [resize_effect(entry, "apply")]
+    return replace(entry, state=EntryState.APPLYING, applied_s=now_s), [resize_effect(entry, Purpose.APPLY)]
 
 
 def _start_evict(entry: Entry, obs: PodObservation | None, now_s: float) -> tuple[Entry, list[Effect]]:
@@ -221,7 +224,7 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
             changed[entry.key] = replace(entry, state=EntryState.REVERTED)
         elif spec_matches(o, entry.after):
             changed[entry.key] = replace(entry, state=EntryState.REVERTING)
-            effects.append(resize_effect(entry, "revert"))
+            effects.append(resize_effect(entry, Purpose.REVERT))
         else:
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED,
                                          message="changed by someone else: not restored")
@@ -265,48 +268,56 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
     return r, []
 
 
-def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | None, now_s: float,
+def settle(r: Rollout, key: str, purpose: Purpose, *, ok: bool, generation: int | None, now_s: float,
            error: str = "", retry_after_s: float = 0.0, refusal: Refusal = Refusal.NONE) -> Rollout:
     """Record the outcome of a performed effect. ``refusal`` is the kind of a refusal (``ok`` False), as the
     executor classified it: a resize above the node's allocatable (the API server's 403, 1.36+) is Infeasible
     and goes to the fallback; an exceeded quota is skipped, never handed to the fallback (its replacement would
-    be refused too); an eviction refused by the pod's PodDisruptionBudget is Blocked, and one the API server
-    said "not now" to stays Evicting, both backing off (10 s, doubling, at most 5 min, or the server's
-    Retry-After if longer); anything else is skipped."""
+    be refused too); an eviction is settled by ``_evicted``; anything else is skipped."""
     entry = next(e for e in r.entries if e.key == key)
-    if purpose == "evict":
-        wait = max(min(10.0 * 2 ** entry.attempts, 300.0), retry_after_s)  # 10 s, doubling, at most 5 min
-        if ok:
-            new = replace(entry, state=EntryState.EVICTED, applied_s=now_s)
-        elif refusal == Refusal.DISRUPTION_BUDGET:  # the pod's outcome: Blocked, its batch goes on (``answered``)
-            new = replace(entry, state=EntryState.BLOCKED, attempts=entry.attempts + 1, not_before_s=now_s + wait,
-                          message=f"eviction refused by its PodDisruptionBudget (refusal {entry.attempts + 1}): "
-                                  f"{error}; left at its current size, tried again in {wait:.0f}s")
-        elif refusal == Refusal.NOT_NOW:  # the API server's "not now" (API Priority and Fairness): the batch waits
-            new = replace(entry, state=EntryState.EVICTING, attempts=entry.attempts + 1, not_before_s=now_s + wait,
-                          message=f"eviction not accepted for now: {error}; tried again in {wait:.0f}s")
-        else:
-            new = replace(entry, state=EntryState.SKIPPED, message=error)
-        return set_entries(r, {key: new})
-    if purpose == "serving":
-        return r if ok else set_entries(r, {key: replace(entry, message=f"serving gate not set: {error}")})
-    if purpose == "template":
-        new = replace(entry, state=EntryState.APPLIED, applied_s=now_s) if ok else \
-            replace(entry, state=EntryState.SKIPPED, message=error)
-        return set_entries(r, {key: new})
-    if purpose == "apply":
-        new = replace(entry, state=EntryState.APPLIED, generation=generation, applied_s=now_s) if ok else \
-            replace(entry, state=EntryState.INFEASIBLE if refusal == Refusal.ABOVE_ALLOCATABLE else EntryState.SKIPPED,
-                    message=f"quota: {error}" if refusal == Refusal.QUOTA else error)
-    elif entry.state == EntryState.INFEASIBLE:
-        new = replace(entry, message=entry.message if ok else f"{entry.message}; restore failed: {error}")
-    else:
-        new = replace(entry, state=EntryState.REVERTED if ok else EntryState.REVERTING, message=error)
-    r = set_entries(r, {key: new})
-    batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
-    if purpose == "apply" and batch.phase == BatchPhase.APPLYING and answered(r.entries_of(batch.index)):
-        r = set_batch(r, replace(batch, phase=BatchPhase.VERIFYING))
-    return r
+    match purpose:
+        case Purpose.EVICT:
+            return set_entries(r, {key: _evicted(entry, ok=ok, now_s=now_s, error=error,
+                                                 retry_after_s=retry_after_s, refusal=refusal)})
+        case Purpose.SERVING:
+            return r if ok else set_entries(r, {key: replace(entry, message=f"serving gate not set: {error}")})
+        case Purpose.TEMPLATE:
+            return set_entries(r, {key: replace(entry, state=EntryState.APPLIED, applied_s=now_s) if ok else
+                                   replace(entry, state=EntryState.SKIPPED, message=error)})
+        case Purpose.APPLY:
+            new = replace(entry, state=EntryState.APPLIED, generation=generation, applied_s=now_s) if ok else \
+                replace(entry, state=EntryState.INFEASIBLE if refusal == Refusal.ABOVE_ALLOCATABLE
+                        else EntryState.SKIPPED, message=f"quota: {error}" if refusal == Refusal.QUOTA else error)
+            r = set_entries(r, {key: new})
+            batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
+            if batch.phase == BatchPhase.APPLYING and answered(r.entries_of(batch.index)):
+                r = set_batch(r, replace(batch, phase=BatchPhase.VERIFYING))
+            return r
+        case Purpose.REVERT:
+            if entry.state == EntryState.INFEASIBLE:
+                new = replace(entry, message=entry.message if ok else f"{entry.message}; restore failed: {error}")
+            else:
+                new = replace(entry, state=EntryState.REVERTED if ok else EntryState.REVERTING, message=error)
+            return set_entries(r, {key: new})
+        case _:
+            assert_never(purpose)
+
+
+def _evicted(entry: Entry, *, ok: bool, now_s: float, error: str, retry_after_s: float, refusal: Refusal) -> Entry:
+    """An eviction's outcome: Evicted; Blocked when the pod's PodDisruptionBudget refused it, and Evicting again
+    when the API server said "not now", both backing off (10 s, doubling, at most 5 min, or the server's
+    Retry-After if longer); else Skipped."""
+    wait = max(min(10.0 * 2 ** entry.attempts, 300.0), retry_after_s)  # 10 s, doubling, at most 5 min
+    if ok:
+        return replace(entry, state=EntryState.EVICTED, applied_s=now_s)
+    if refusal == Refusal.DISRUPTION_BUDGET:  # the pod's outcome: Blocked, its batch goes on (``answered``)
+        return replace(entry, state=EntryState.BLOCKED, attempts=entry.attempts + 1, not_before_s=now_s + wait,
+                       message=f"eviction refused by its PodDisruptionBudget (refusal {entry.attempts + 1}): "
+                               f"{error}; left at its current size, tried again in {wait:.0f}s")
+    if refusal == Refusal.NOT_NOW:  # the API server's "not now" (API Priority and Fairness): the batch waits
+        return replace(entry, state=EntryState.EVICTING, attempts=entry.attempts + 1, not_before_s=now_s + wait,
+                       message=f"eviction not accepted for now: {error}; tried again in {wait:.0f}s")
+    return replace(entry, state=EntryState.SKIPPED, message=error)
 
 
 def blocked_event(r: Rollout, key: str) -> Event:

@@ -18,6 +18,7 @@ from updater.observe import PodObservation
 from updater.rollout.machine.effects import (
     Effect,
     Event,
+    Purpose,
     Timeouts,
     WorkloadObservation,
     resize_effect,
@@ -173,8 +174,9 @@ def verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservatio
                 o is not None and not o.serving:
             effects.append(serving_effect(entry, True))
         if new.state == EntryState.INFEASIBLE:
-            effects += [resize_effect(entry, "revert"), Event(namespace=entry.namespace, pod=entry.pod, warning=True,
-                        reason="ResizeInfeasible", message=f"in-place resize not possible, restored: {new.message}")]
+            effects += [resize_effect(entry, Purpose.REVERT),
+                        Event(namespace=entry.namespace, pod=entry.pod, warning=True, reason="ResizeInfeasible",
+                              message=f"in-place resize not possible, restored: {new.message}")]
         elif new.state == EntryState.VERIFIED:
             how = f"restarted {', '.join(sorted(entry.restarting))}" if entry.restarting else "no restart"
             effects.append(Event(namespace=entry.namespace, pod=entry.pod, reason="ResizeVerified",
