@@ -36,6 +36,40 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 
+class ResizeCondition(enum.StrEnum):
+    """The pod conditions a resize is answered with (``k8s.io/api/core/v1`` types.go, v1.37.2)."""
+
+    PENDING = "PodResizePending"
+    IN_PROGRESS = "PodResizeInProgress"
+
+
+class PendingReason(enum.StrEnum):
+    """The reason of a PodResizePending condition (``PodReasonDeferred``, ``PodReasonInfeasible``)."""
+
+    DEFERRED = "Deferred"
+    """Not now: the node may fit it later (waited for, bounded by the Deferred timeout)."""
+    INFEASIBLE = "Infeasible"
+    """Never on this node (``InfeasibleCause`` says why): left for the fallback."""
+
+
+class InProgressReason(enum.StrEnum):
+    """The reason of a PodResizeInProgress condition that is more than "in progress" (``PodReasonError``)."""
+
+    ERROR = "Error"
+    """The runtime failed to actuate the resize; the condition's message says how."""
+
+
+def pending_reason(reason: object) -> PendingReason:
+    """The reason of a PodResizePending condition; a condition without one is Deferred. Raises ValueError, naming
+    the value, on a reason the kubelet does not write."""
+    if reason is None or reason == "":
+        return PendingReason.DEFERRED
+    try:
+        return PendingReason(str(reason))
+    except ValueError:
+        raise ValueError(f"PodResizePending reason {reason!r} is neither Deferred nor Infeasible") from None
+
+
 class Refusal(enum.StrEnum):
     """Why the API server refused a write; NONE when it did not (or nothing more is known)."""
 

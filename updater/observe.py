@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from podtailor.resources import Resources
-from updater.answers import InfeasibleCause
+from updater.answers import InfeasibleCause, PendingReason
 
 SERVING_GATE = "podtailor.io/serving"
 """The readiness gate the webhook adds to opted-in pods: the updater sets it False to take the pod out of its
@@ -45,8 +45,8 @@ class PodObservation:
     ready: bool
     node: str
     containers: Mapping[str, ContainerObservation] = field(default_factory=dict)
-    resize_pending: str | None = None
-    """PodResizePending reason: Deferred | Infeasible."""
+    resize_pending: PendingReason | None = None
+    """PodResizePending reason, None when absent."""
     resize_pending_message: str = ""
     infeasible_cause: InfeasibleCause | None = None
     """With PodResizePending Infeasible: why, read from the kubelet's message by the adapter."""

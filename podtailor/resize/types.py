@@ -25,6 +25,15 @@ NOT_REQUIRED = "NotRequired"
 RESTART_CONTAINER = "RestartContainer"
 
 
+class PodRestartPolicy(enum.StrEnum):
+    """A pod's ``spec.restartPolicy`` (``k8s.io/api/core/v1`` ``RestartPolicy``); unset means Always."""
+
+    ALWAYS = "Always"
+    ON_FAILURE = "OnFailure"
+    NEVER = "Never"
+    """A container restart is impossible: a resize that restarts a container cannot be made in place."""
+
+
 class QoS(enum.StrEnum):
     GUARANTEED = "Guaranteed"
     BURSTABLE = "Burstable"

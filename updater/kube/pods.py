@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podtailor.kube.fields import pod_containers
-from podtailor.resize.types import ContainerView, QoS
+from podtailor.resize.types import ContainerView, PodRestartPolicy, QoS
 from podtailor.resources import Resources
-from updater.answers import infeasible_cause
+from updater.answers import InProgressReason, PendingReason, ResizeCondition, infeasible_cause, pending_reason
 from updater.kube.fields import (
     MalformedObject,
     Obj,
@@ -120,14 +120,32 @@ def _qos(status: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> QoS:
         return compute_qos(spec, where)
 
 
+def _pending(cond: Obj | None, where: str) -> PendingReason | None:
+    if cond is None:
+        return None
+    try:
+        return pending_reason(cond.get("reason"))
+    except ValueError as err:
+        raise MalformedObject(f"{where}: {err}") from err
+
+
+def _restart_policy(raw: object, where: str) -> PodRestartPolicy:
+    try:
+        return PodRestartPolicy(str(raw or PodRestartPolicy.ALWAYS))
+    except ValueError:
+        raise MalformedObject(f"{where}.spec.restartPolicy: {raw!r} is not Always, OnFailure or Never") from None
+
+
 def _resize_state(status: Mapping[str, Any], where: str) -> dict[str, Any]:
-    pending, progress = condition(status, "PodResizePending"), condition(status, "PodResizeInProgress")
+    pending = condition(status, ResizeCondition.PENDING)
+    progress = condition(status, ResizeCondition.IN_PROGRESS)
     return {
-        "resize_pending": str(pending.get("reason") or "Deferred") if pending else None,
+        "resize_pending": _pending(pending, f"{where}.PodResizePending"),
         "resize_pending_since_s": optional_timestamp_s((pending or {}).get("lastTransitionTime"),
                                                        f"{where}.PodResizePending"),
         "resize_in_progress": progress is not None,
-        "resize_error": str(progress.get("message") or "") if progress and progress.get("reason") == "Error"
+        "resize_error": str(progress.get("message") or "") if progress
+        and progress.get("reason") == InProgressReason.ERROR
         else None,
     }
 
@@ -151,7 +169,7 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
         "ready": condition_true(status, "Ready"), "node": str(spec.get("nodeName") or ""),
         "deleting": meta.get("deletionTimestamp") is not None,
     }
-    pending = condition(status, "PodResizePending")
+    pending = condition(status, ResizeCondition.PENDING)
     pending_message = str((pending or {}).get("message") or "")
     gate = condition(status, SERVING_GATE)
     observation = PodObservation(**common, containers={v.name: o for v, o in pairs},
@@ -159,12 +177,12 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
                                  serving=None if gate is None else gate.get("status") == "True",
                                  containers_ready=condition_true(status, "ContainersReady"),
                                  infeasible_cause=infeasible_cause(pending_message)
-                                 if resize["resize_pending"] == "Infeasible" else None,
+                                 if resize["resize_pending"] == PendingReason.INFEASIBLE else None,
                                  phase=str(status.get("phase", "")), **resize)
     if status.get("phase") != "Running" or not common["node"]:
         return None, observation
     kind, workload = owner_of(ns, name, list(meta.get("ownerReferences") or ()), meta.get("labels") or {})
-    progress = condition(status, "PodResizeInProgress")
+    progress = condition(status, ResizeCondition.IN_PROGRESS)
     annotations = string_map(meta.get("annotations"), f"{where}.annotations")
     view = PodView(
         **common, **resize, pool=pool_of_node.get(common["node"], ""), workload_kind=kind, workload_name=workload,
@@ -174,7 +192,7 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
         cross_namespace_affinity=cross_namespace_affinity(spec),
         priority=integer(spec.get("priority"), f"{where}.priority"), qos=_qos(status, spec, where),
         created_s=timestamp_s(meta.get("creationTimestamp"), f"{where}.creationTimestamp"),
-        restart_policy=str(spec.get("restartPolicy") or "Always"), containers=tuple(v for v, _ in pairs),
+        restart_policy=_restart_policy(spec.get("restartPolicy"), where), containers=tuple(v for v, _ in pairs),
         annotations=annotations,
         labels=string_map(meta.get("labels"), f"{where}.labels"),
         pod_level=optional_resources((spec.get("resources") or {}).get("requests"), f"{where}.spec.resources"),

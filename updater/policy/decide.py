@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from podtailor.resize import changes as ch
 from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
 from podtailor.resize.boost import BoostRecord, read_annotation
-from podtailor.resize.types import ContainerChange, LimitRangeView, QoS, Reason
+from podtailor.resize.types import ContainerChange, LimitRangeView, PodRestartPolicy, QoS, Reason
 from podtailor.resources import Resources
-from updater.answers import ServerFeatures, above_allocatable_answer
+from updater.answers import PendingReason, ServerFeatures, above_allocatable_answer
 from updater.policy.types import Action, FallbackMode, NodeView, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
 WorkloadKey = tuple[str, str, str]
@@ -120,11 +120,11 @@ def fallback(pod: PodView, target: WorkloadTarget, ctx: Context, reason: Reason,
 
 def _in_flight(pod: PodView, target: WorkloadTarget, ctx: Context) -> Verdict | None:
     policy, now = ctx.policy, ctx.now_s
-    if pod.resize_pending == "Infeasible":
+    if pod.resize_pending == PendingReason.INFEASIBLE:
         return fallback(pod, target, ctx, Reason.INFEASIBLE, "PodResizePending Infeasible: the node cannot fit it")
     if pod.resize_pending is not None:
         age = _age(pod.resize_pending_since_s, now)
-        if pod.resize_pending == "Deferred" and age is not None and age > policy.deferred_timeout_s:
+        if pod.resize_pending == PendingReason.DEFERRED and age is not None and age > policy.deferred_timeout_s:
             return fallback(pod, target, ctx, Reason.DEFERRED_TIMEOUT,
                             f"resize Deferred for {age:.0f}s (timeout {policy.deferred_timeout_s:.0f}s)")
         shown = "unknown" if age is None else f"{age:.0f}s"
@@ -318,7 +318,7 @@ def _feasibility(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: P
     if why is not None:
         return fallback(pod, target, ctx, Reason.ABOVE_NODE, f"{why}: {above_allocatable_answer(ctx.features)}")
     restarting = [c.name for c in proposal.active if c.restarts]
-    if restarting and pod.restart_policy == "Never":
+    if restarting and pod.restart_policy == PodRestartPolicy.NEVER:
         return fallback(pod, target, ctx, Reason.NEVER_RESTART,
                         f"restartPolicy Never but RestartContainer on changed resources of {', '.join(restarting)}")
     return None

@@ -17,10 +17,12 @@ from podtailor.resize.types import (
     ContainerChange,
     ContainerTarget,
     ContainerView,
+    PodRestartPolicy,
     QoS,
     Reason,
 )
 from podtailor.resources import Resources
+from updater.answers import PendingReason
 
 
 class FallbackMode(enum.StrEnum):
@@ -49,12 +51,11 @@ class PodView:
     priority: int
     qos: QoS
     created_s: float
-    restart_policy: str
-    """Always | OnFailure | Never."""
+    restart_policy: PodRestartPolicy
     ready: bool
     containers: tuple[ContainerView, ...]
-    resize_pending: str | None = None
-    """Reason of the PodResizePending condition (Deferred | Infeasible), None when absent."""
+    resize_pending: PendingReason | None = None
+    """Reason of the PodResizePending condition, None when absent."""
     resize_in_progress: bool = False
     resize_error: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)

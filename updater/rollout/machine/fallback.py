@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from podtailor.resize.types import Reason
+from updater.answers import PendingReason
 from updater.policy.types import Action, FallbackMode, Plan, PodDecision, PodView, RolloutPolicy
 from updater.rollout.machine.journal import (
     EVICT,
@@ -44,8 +45,8 @@ def mark_infeasible(pods: Sequence[PodView], infeasible: Mapping[str, str]) -> l
     """Present pods whose in-place resize a journal found Infeasible as the kubelet would: PodResizePending
     Infeasible. The planner then applies every fallback rule to them (budget, single replica, do-not-disrupt,
     InPlace mode, fallback disabled) exactly as for a verdict it sees live."""
-    return [replace(p, resize_pending="Infeasible") if p.uid in infeasible and p.resize_pending is None else p
-            for p in pods]
+    return [replace(p, resize_pending=PendingReason.INFEASIBLE)
+            if p.uid in infeasible and p.resize_pending is None else p for p in pods]
 
 
 def reverted_templates(rollouts: Sequence[Rollout]) -> set[Workload]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from podtailor.resources import Resources
 from podtailor.units import format_cpu, format_memory
+from updater.answers import PendingReason
 from updater.observe import PodObservation
 from updater.rollout.machine.effects import (
     Effect,
@@ -88,11 +89,11 @@ def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeou
         return replace(entry, state=EntryState.GONE, message="pod gone during verification"), ""
     assert obs is not None
     caught_up = obs.observed_generation >= (entry.generation or 0)
-    if caught_up and obs.resize_pending == "Infeasible":
+    if caught_up and obs.resize_pending == PendingReason.INFEASIBLE:
         cause = obs.infeasible_cause.value if obs.infeasible_cause else "unknown"
         message = f"Infeasible ({cause}): {obs.resize_pending_message}"
         return replace(entry, state=EntryState.INFEASIBLE, message=message), ""
-    if caught_up and obs.resize_pending == "Deferred" and obs.resize_pending_since_s is not None and \
+    if caught_up and obs.resize_pending == PendingReason.DEFERRED and obs.resize_pending_since_s is not None and \
             now_s - obs.resize_pending_since_s > timeouts.deferred_s:
         message = f"Deferred for more than {timeouts.deferred_s:.0f}s: {obs.resize_pending_message}"
         return replace(entry, state=EntryState.INFEASIBLE, message=message), ""
