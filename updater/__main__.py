@@ -15,14 +15,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, NoReturn
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
 from podtailor.runtime.cli import UsageError
 from updater import __version__
 from updater.metrics import UpdaterMetrics
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from updater.kube.snapshot import ClusterReader
+    from updater.kube.writes import RolloutStore
+    from updater.rollout.act.executor import Executor, PassResult
+    from updater.rollout.act.ports import WatchedStore
 
 DESCRIPTION = """\
 Apply recommended CPU and memory to running Kubernetes pods in place, without restarting them.
@@ -74,8 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Any:
-    """(Executor, ApiClient, ClusterReader) for the flags; every read lists (``run`` adds the watch-fed caches:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wiring:
+    """What the commands run on, built from the flags by ``build_executor``."""
+
+    executor: Executor
+    api: ApiClient
+    reader: ClusterReader
+    """The executor's cluster reader (``run`` starts its watch-fed caches)."""
+    store: RolloutStore
+    """The executor's journal store (``rollback`` reads a rollout by name; ``run`` starts its watch)."""
+
+
+def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = None) -> Wiring:
+    """The executor over the real ports for the flags; every read lists (``run`` adds the watch-fed caches:
     ``watch``)."""
     from podtailor.runtime.cli import kube_client
     from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
@@ -94,12 +114,13 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     api = kube_client(args)
     reader = ClusterReader(api)
     namespaces = tuple(args.namespace)
+    store = RolloutStore(api)
     executor = Executor(read=lambda: reader.read(policy_pool_label=args.pool_label, namespaces=namespaces),
-                        planner=plan, store=RolloutStore(api), resizer=PodResizer(api), recorder=EventRecorder(api),
+                        planner=plan, store=store, resizer=PodResizer(api), recorder=EventRecorder(api),
                         policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
                         metrics=metrics, gates=ServingGateWriter(api), read_fresh=lambda: reader.read(
                             policy_pool_label=args.pool_label, namespaces=namespaces, fresh=FRESH_AT_BAKE_END))
-    return executor, api, reader
+    return Wiring(executor=executor, api=api, reader=reader, store=store)
 
 
 def _changes(d: Any) -> str:
@@ -119,7 +140,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from podtailor.runtime.cli import console as plain_console
     from updater.policy.planner import summary
 
-    executor, _, _ = build_executor(args)
+    executor = build_executor(args).executor
     _, plans = executor.plan(time.time())
     if args.output == "json":
         out = {"schemaVersion": "podtailor.io/plan/v1", "plans": [{
@@ -153,7 +174,7 @@ CACHE_SYNC_S = 10.0
 """At start, how long ``watch`` waits for the caches' first lists before the first pass."""
 
 
-def next_pass(result: Any, started: float, interval_s: float) -> tuple[float, float | None]:
+def next_pass(result: PassResult, started: float, interval_s: float) -> tuple[float, float | None]:
     """When the pass that started at ``started`` (``time.monotonic``) and returned ``result`` (a PassResult) is
     followed, in seconds after its start: ``interval_s``, or just after the next bake's end if that is sooner
     (at least ``MIN_PASS_GAP_S``); and, while a batch waits for the kubelets, how soon a change of a watched
@@ -165,7 +186,7 @@ def next_pass(result: Any, started: float, interval_s: float) -> tuple[float, fl
     return wait_s, (MIN_PASS_GAP_S if result.awaiting_pods else None)
 
 
-def pause_after_pass(result: Any, started: float, interval_s: float, stop: threading.Event,
+def pause_after_pass(result: PassResult, started: float, interval_s: float, stop: threading.Event,
                      pod_changed: threading.Event | None) -> None:
     """Wait as ``run`` does after a pass (``next_pass``), in this thread: while a batch waits for the kubelets
     and pod changes are watched (``pod_changed``, cleared when the pass started), until a pod changes, at the
@@ -178,9 +199,9 @@ def pause_after_pass(result: Any, started: float, interval_s: float, stop: threa
         stop.wait(max(0.0, wait_s - (time.monotonic() - started)))
 
 
-def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
+def watch(store: WatchedStore, api: ApiClient, reader: ClusterReader, namespaces: tuple[str, ...],
           on_pod_change: Callable[[], None]) -> Callable[[], None]:
-    """Start the watch-fed caches of the executor's reader and journal (``informer.py``): a pass then reads
+    """Start the watch-fed caches of the executor's reader and journal ``store`` (``informer.py``): a pass then reads
     from memory while they are current and lists otherwise. The watches get a client of their own (same
     credentials, a connection pool as big as the streams held open, one per kind and namespace, and not paced
     by ``--kube-api-qps``: each watch sends a request per 15 s, or per back-off after an error); returns the
@@ -193,11 +214,11 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
     config.connection_pool_maxsize = (len(reader.listings) + 1) * max(1, len(namespaces)) + 2
     watch_api = client.ApiClient(config)
     reader.start_watching(namespaces, watch_api, on_pod_change=on_pod_change)
-    executor.store.start_watching(watch_api)
+    store.start_watching(watch_api)
     # The first pass reads from the caches once they hold their first list, instead of listing every kind
     # while the caches list them too. A kind not served here never syncs: after the bound, reads list it.
     deadline = time.monotonic() + CACHE_SYNC_S
-    journal = getattr(executor.store, "informer", None)
+    journal = store.informer
     informers = [*reader.informers.values(), *([journal] if journal is not None else [])]
     waiting = [i for i in informers if not i.wait_synced(max(0.0, deadline - time.monotonic()))]
     if waiting:
@@ -206,7 +227,7 @@ def watch(executor: Any, api: Any, reader: Any, namespaces: tuple[str, ...],
 
     def stop() -> None:
         reader.stop_watching()
-        executor.store.stop_watching()
+        store.stop_watching()
 
     return stop
 
@@ -217,7 +238,8 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
 
     registry = CollectorRegistry()
     metrics = UpdaterMetrics(registry)
-    executor, api, reader = build_executor(args, metrics)
+    wiring = build_executor(args, metrics)
+    executor = wiring.executor
     health = PassFreshness(stale_after_s=3 * args.interval + 60)
     server = make_server(args.listen, registry, health)
 
@@ -238,12 +260,12 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
 
     def start_work() -> None:
         health.leading()
-        stop_watching = watch(executor, api, reader, tuple(args.namespace), loop.wake)
+        stop_watching = watch(wiring.store, wiring.api, wiring.reader, tuple(args.namespace), loop.wake)
         loop.start()
         loop.join()  # stopped, and the pass in progress (if any) ended with the caches it started with
         stop_watching()
 
-    until_stopped(api, args, start_work=start_work, log=log)
+    until_stopped(wiring.api, args, start_work=start_work, log=log)
     loop.stop()  # a pass in progress is not waited for: the journal makes it safe to resume
     server.shutdown()
     leave(0)  # not through interpreter finalization, which can abort at a daemon thread (see leave)
@@ -253,12 +275,13 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from updater.rollout.machine import lifecycle as machine
     from updater.rollout.machine.journal import Phase
 
-    executor, _, _ = build_executor(args)
-    r = executor.store.get(args.rollout)
+    wiring = build_executor(args)
+    executor, store = wiring.executor, wiring.store
+    r = store.get(args.rollout)
     if r is None:
         print(f"error: no ResizeRollout named {args.rollout!r}", file=sys.stderr)
         return 2
-    r = executor.store.save(replace(r, rollback_all=True, phase=Phase.ROLLING_BACK,
+    r = store.save(replace(r, rollback_all=True, phase=Phase.ROLLING_BACK,
                                     message=f"rollback requested by {os.environ.get('USER', 'a user')}"))
     deadline = time.monotonic() + args.timeout
     while r.phase == Phase.ROLLING_BACK and time.monotonic() < deadline:

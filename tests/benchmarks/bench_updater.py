@@ -33,7 +33,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from podtailor.resize.types import ContainerTarget, ContainerView, QoS
+from podtailor.resize.types import ContainerTarget, ContainerView, PodRestartPolicy, QoS
 from podtailor.resources import Resources
 from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
@@ -91,7 +91,7 @@ def synthetic_inputs(pods: int, pools: int, workloads: int) -> tuple[list[PodVie
                 namespace=ns, name=f"{name}-{i}", uid=f"uid-{w}-{i}", resource_version=str(w * 1000 + i),
                 generation=1, observed_generation=1, node=f"node-{pool}-{(w + i) % nodes_per_pool}",
                 pool=f"pool{pool}", workload_kind="Deployment", workload_name=name, priority=0, qos=QoS.BURSTABLE,
-                created_s=now - 3600 - i, restart_policy="Always", ready=True, labels={"app": name},
+                created_s=now - 3600 - i, restart_policy=PodRestartPolicy.ALWAYS, ready=True, labels={"app": name},
                 containers=(ContainerView(name="app", requests=requests, limits=limits, actual=requests,
                                           actual_limits=limits,
                                           resize_policy={"cpu": "NotRequired", "memory": "NotRequired"}),)))
@@ -562,7 +562,7 @@ def _converge(api: client.ApiClient, result: ClusterRun, interval_s: float, time
                         policy=group_by_policy, read_fresh=read_fresh if result.reads == "watch" else None)
     result.parallelism = executor.parallelism
     pod_changed = threading.Event()
-    stop_watching = (watch(executor, api, reader, (NAMESPACE,), on_pod_change=pod_changed.set)
+    stop_watching = (watch(store, api, reader, (NAMESPACE,), on_pod_change=pod_changed.set)
                      if result.reads == "watch" else (lambda: None))
     try:
         _passes(executor, store, result, interval_s, timeout_s, say,

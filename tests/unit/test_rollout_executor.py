@@ -39,6 +39,9 @@ class Snap:
     nodes: tuple[Any, ...] = ()
     approvals: tuple[Any, ...] = ()
     pod_level_resize_supported: bool = True
+    policy_errors: tuple[str, ...] = ()
+    quotas: tuple[Any, ...] = ()
+    features: None = None
 
 
 @dataclass

@@ -282,6 +282,9 @@ class _Snap:
     nodes: dict[str, object] = field(default_factory=dict)
     approvals: frozenset[str] = frozenset()
     pod_level_resize_supported: bool = True
+    policy_errors: tuple[str, ...] = ()
+    quotas: tuple[()] = ()
+    features: None = None
 
 
 class _Store:

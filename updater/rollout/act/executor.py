@@ -24,11 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar, cast, overload
 
 from podtailor.kube.errors import KubeError
-from updater.answers import ServerFeatures
 from updater.kube.writes import rollout_name
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
-from updater.policy.types import Plan, PodView, QuotaView, RolloutPolicy
+from updater.policy.types import Plan, PodView, RolloutPolicy
 from updater.rollout.act.perform import Performer
 from updater.rollout.act.ports import (
     Evictions,
@@ -160,15 +159,13 @@ class Executor:
 
     def _plans(self, snap: PassSnapshot, journals: Sequence[Rollout], now_s: float) -> Plans:
         known, reverted, blocks = infeasible_uids(journals), reverted_templates(journals), budget_blocks(journals)
-        quotas: Sequence[QuotaView] = getattr(snap, "quotas", ())  # optional: see PassSnapshot
-        features: ServerFeatures | None = getattr(snap, "features", None)
         plans = []
         for policy, pods in self.policy_of(snap):
             raw = self.planner(
                 pods=mark_infeasible(pods, known), targets=snap.targets, hpas=snap.hpas,
                 limit_ranges=snap.limit_ranges, nodes=snap.nodes, policy=policy, now_s=now_s,
                 approvals=snap.approvals, pod_level_resize_supported=snap.pod_level_resize_supported,
-                quotas=quotas, features=features)
+                quotas=snap.quotas, features=snap.features)
             plans.append((policy, held_by_budget(without_reverted(raw, reverted, policy), blocks, now_s)))
         return plans
 

@@ -15,8 +15,7 @@ from updater.rollout.act.ports import PassSnapshot
 
 
 def group_by_policy(snap: PassSnapshot) -> list[tuple[RolloutPolicy, Sequence[PodView]]]:
-    policy_errors: Sequence[str] = getattr(snap, "policy_errors", ()) or ()  # optional: see PassSnapshot
-    errors = list(policy_errors)
+    errors = list(snap.policy_errors)
     if errors:
         raise PolicyError(f"{len(errors)} ResizePolicy object(s) cannot be read, so nothing is acted on until "
                           f"they are fixed: {'; '.join(str(e) for e in errors)[:1000]}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures
@@ -20,10 +20,13 @@ from updater.policy.types import HpaView, NodeView, Plan, PodView, QuotaView, Ro
 from updater.rollout.machine.effects import Timeouts
 from updater.rollout.machine.journal import ContainerValues, Rollout
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
 
 class PassSnapshot(Protocol):
-    """What a pass reads from a snapshot of the cluster (``updater.kube.snapshot.Snapshot`` is one). A snapshot
-    may also have ``quotas`` and ``features``: read where present (a pass plans without them otherwise)."""
+    """What a pass reads from a snapshot of the cluster (``updater.kube.snapshot.Snapshot`` is one): every field
+    the executor, the planner's arguments and the grouping by policy read is declared here."""
 
     @property
     def pods(self) -> Sequence[PodView]: ...
@@ -52,6 +55,21 @@ class PassSnapshot(Protocol):
     @property
     def policies(self) -> Sequence[RolloutPolicy]: ...
 
+    @property
+    def policy_errors(self) -> Sequence[str]:
+        """ResizePolicies that did not parse: while any exists nothing is acted on (``grouping``)."""
+        ...
+
+    @property
+    def quotas(self) -> Sequence[QuotaView]:
+        """The namespaces' ResourceQuotas with compute limits (empty: none, and the planner holds nothing back)."""
+        ...
+
+    @property
+    def features(self) -> ServerFeatures | None:
+        """What the server's version answers to a resize (None: not known, the planner assumes the oldest)."""
+        ...
+
 
 class Planner(Protocol):
     """``updater.policy.planner.plan``: one policy's plan over its pods."""
@@ -76,6 +94,27 @@ class Store(Protocol):
     def save(self, r: Rollout) -> Rollout: ...
 
     def retry_requested(self, name: str) -> bool: ...
+
+
+class Synced(Protocol):
+    """A watch-fed cache, as ``run`` waits for its first list (``updater.kube.informer.Informer``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def wait_synced(self, timeout_s: float) -> bool: ...
+
+
+class WatchedStore(Store, Protocol):
+    """A store whose journals can come from a watch-fed cache (``updater.kube.writes.RolloutStore``): ``run``
+    starts and stops the watch on a client of its own, and waits for the cache's first list."""
+
+    @property
+    def informer(self) -> Synced | None: ...
+
+    def start_watching(self, watch_client: ApiClient | None = None) -> None: ...
+
+    def stop_watching(self) -> None: ...
 
 
 class Resizer(Protocol):
