@@ -190,7 +190,7 @@ def changed_resources(change: ContainerChange) -> frozenset[str]:
 
 
 def restarts(view: ContainerView, change: ContainerChange) -> bool:
-    """Missing resizePolicy means NotRequired (PreferNoRestart is its newer name): only RestartContainer restarts."""
+    """Missing resizePolicy means NotRequired: only RestartContainer restarts."""
     return any(view.resize_policy.get(name) == RESTART_CONTAINER for name in changed_resources(change))
 
 

@@ -19,10 +19,39 @@ DEFAULT_CHANGE_THRESHOLD = 0.10
 """A resize is skipped unless some controlled request changes by at least this fraction (the updater's
 policy default; the report forecasts with the same figure)."""
 
-NOT_REQUIRED = "NotRequired"
 
 
-RESTART_CONTAINER = "RestartContainer"
+class ResizeRestart(enum.StrEnum):
+    """A container's ``resizePolicy[].restartPolicy`` for one resource (``ResourceResizeRestartPolicy``,
+    ``k8s.io/api/core/v1`` types.go): whether resizing that resource restarts the container. A resource the
+    policy does not name is NotRequired."""
+
+    NOT_REQUIRED = "NotRequired"
+    RESTART_CONTAINER = "RestartContainer"
+    PREFER_NO_RESTART = "PreferNoRestart"
+    """KEP-1287's name for NotRequired; read as not restarting, like NotRequired."""
+
+
+NOT_REQUIRED, RESTART_CONTAINER = ResizeRestart.NOT_REQUIRED, ResizeRestart.RESTART_CONTAINER
+
+
+def resize_restart_policies(raw: object, where: str) -> dict[str, ResizeRestart]:
+    """A container's ``resizePolicy`` list as resource -> policy (an entry without ``restartPolicy`` is
+    NotRequired). Raises ValueError, naming ``where``, on a list that is not one or a policy the API does not
+    define."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or not all(isinstance(p, Mapping) for p in raw):
+        raise ValueError(f"{where}.resizePolicy: not a list of objects")
+    out = {}
+    for p in raw:
+        value = p.get("restartPolicy", NOT_REQUIRED)
+        try:
+            out[str(p.get("resourceName"))] = ResizeRestart(value)
+        except ValueError:
+            raise ValueError(f"{where}.resizePolicy: restartPolicy {value!r} is not NotRequired or "
+                             "RestartContainer") from None
+    return out
 
 
 class PodRestartPolicy(enum.StrEnum):
@@ -45,8 +74,8 @@ class ContainerView:
     name: str
     requests: Resources
     limits: Resources
-    resize_policy: Mapping[str, str] = field(default_factory=dict)
-    """resource ("cpu"/"memory") -> NotRequired | RestartContainer; missing means NotRequired."""
+    resize_policy: Mapping[str, ResizeRestart] = field(default_factory=dict)
+    """resource ("cpu"/"memory") -> its resize restart policy; missing means NotRequired."""
     sidecar: bool = False
     """A restartable init container (resizable like a regular container)."""
     restart_count: int = 0

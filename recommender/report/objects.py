@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podtailor.kube import fields
+from podtailor.resize.types import NOT_REQUIRED, ResizeRestart
 from podtailor.resources import CurrentResources, parse_resources
 from recommender.report.types import ContainerSpec, NodeInfo, PodInfo, Role
 
@@ -76,8 +77,11 @@ def matches(requirements: list[tuple[str, str, frozenset[str]]], labels: Mapping
 
 def _container(c: Obj, role: Role) -> ContainerSpec:
     res = c.get("resources") or {}
-    policy = {str(p.get("resourceName")): str(p.get("restartPolicy", "NotRequired"))
-              for p in c.get("resizePolicy") or () if isinstance(p, dict)}
+    # Lenient, as the report reads everything: a restartPolicy the API does not define is left out, which
+    # forecasts no restart for that resource, as NotRequired does.
+    policy = {str(p.get("resourceName")): ResizeRestart(p.get("restartPolicy", NOT_REQUIRED))
+              for p in c.get("resizePolicy") or ()
+              if isinstance(p, dict) and p.get("restartPolicy", NOT_REQUIRED) in set(ResizeRestart)}
     return ContainerSpec(name=str(c.get("name", "")), role=role, resize_policy=policy, current=CurrentResources(
         requests=parse_resources(res.get("requests"), where="requests", lenient=True),
         limits=parse_resources(res.get("limits"), where="limits", lenient=True)))

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from podtailor.resize.types import LimitRangeView
+from podtailor.resize.types import LimitRangeView, ResizeRestart
 from podtailor.resources import CurrentResources, Resources
 from recommender.model.types import Recommendation
 
@@ -57,7 +57,7 @@ class ContainerSpec:
     name: str
     role: Role
     current: CurrentResources
-    resize_policy: Mapping[str, str] = field(default_factory=dict)
+    resize_policy: Mapping[str, ResizeRestart] = field(default_factory=dict)
     """resource -> NotRequired | RestartContainer (missing: NotRequired)."""
 
 

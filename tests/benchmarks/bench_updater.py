@@ -33,7 +33,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from podtailor.resize.types import ContainerTarget, ContainerView, PodRestartPolicy, QoS
+from podtailor.resize.types import NOT_REQUIRED, ContainerTarget, ContainerView, PodRestartPolicy, QoS
 from podtailor.resources import Resources
 from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
@@ -94,7 +94,7 @@ def synthetic_inputs(pods: int, pools: int, workloads: int) -> tuple[list[PodVie
                 created_s=now - 3600 - i, restart_policy=PodRestartPolicy.ALWAYS, ready=True, labels={"app": name},
                 containers=(ContainerView(name="app", requests=requests, limits=limits, actual=requests,
                                           actual_limits=limits,
-                                          resize_policy={"cpu": "NotRequired", "memory": "NotRequired"}),)))
+                                          resize_policy={"cpu": NOT_REQUIRED, "memory": NOT_REQUIRED}),)))
     return views, targets, nodes
 
 

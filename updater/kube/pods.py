@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podtailor.kube.fields import pod_containers
-from podtailor.resize.types import ContainerView, PodRestartPolicy, QoS
+from podtailor.resize.types import ContainerView, PodRestartPolicy, QoS, ResizeRestart, resize_restart_policies
 from podtailor.resources import Resources
 from updater.answers import InProgressReason, PendingReason, ResizeCondition, infeasible_cause, pending_reason
 from updater.kube.fields import (
@@ -46,12 +46,11 @@ def _statuses(status: Mapping[str, Any]) -> dict[str, Obj]:
     return out
 
 
-def _resize_policy(raw: object, where: str) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, list):
-        raise MalformedObject(f"{where}.resizePolicy: not a list")
-    return {str(p.get("resourceName")): str(p.get("restartPolicy", "NotRequired")) for p in raw}
+def _resize_policy(raw: object, where: str) -> dict[str, ResizeRestart]:
+    try:
+        return resize_restart_policies(raw, where)
+    except ValueError as err:
+        raise MalformedObject(str(err)) from err
 
 
 def _container(c: Obj, sidecar: bool, st: Obj | None, where: str) -> tuple[ContainerView, ContainerObservation]:
