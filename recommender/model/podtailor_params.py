@@ -111,17 +111,29 @@ class PodtailorParams:
     """podtailor's parameters: one part per concern, and the risk setting across both prices."""
 
     cpu: CpuLevel = field(default_factory=CpuLevel)
+    """The CPU request's level: histograms, percentiles, margin, throttling correction."""
     cpu_calibration: CpuCalibration = field(default_factory=CpuCalibration)
+    """The request percentile calibrated to a budget of time over the request (off by default)."""
     cpu_price: CpuPrice = field(default_factory=CpuPrice)
+    """The price of time over the request, which chooses the slow histogram's level."""
     cpu_limit: CpuLimit = field(default_factory=CpuLimit)
+    """The CPU limit's rule."""
     memory: MemoryLevel = field(default_factory=MemoryLevel)
+    """The memory level: the statistic of the peaks, its histogram and window."""
     memory_price: MemoryPrice = field(default_factory=MemoryPrice)
+    """The price of an OOM kill, which chooses the "cost" statistic's level."""
     memory_margin: MemoryMargin = field(default_factory=MemoryMargin)
+    """The safety margin on memory, per container or fixed."""
     oom: OomHandling = field(default_factory=OomHandling)
+    """The bump after an OOM kill and how long it floors the target."""
     resize: ResizeBands = field(default_factory=ResizeBands)
+    """The bands a target must leave to resize, and whether both resources move together."""
     dwell: DecreaseDwell = field(default_factory=DecreaseDwell)
+    """How long a decrease waits after the last change."""
     floors: MinResources = field(default_factory=MinResources)
+    """The pod's minimum resources."""
     confidence: Confidence = field(default_factory=Confidence)
+    """The confidence reported, and no decrease on thin history."""
     risk: float = 1.0
     """A dimensionless multiplier that divides both overrun prices (``cpu_price``, ``memory_price``): 1 is the
     prices as set, 2 halves them (less slack, more time over the request and more OOM kills), 0.5 doubles them.
