@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import math
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,14 +152,14 @@ class PodtailorParams:
             raise ValueError("memory_margin.jump_lookback_s must be at least one slot (memory.slot_s)")
 
 
-_PARTS: dict[str, type[Any]] = {f.name: typing.get_type_hints(PodtailorParams)[f.name]
+_PARTS: dict[str, type[object]] = {f.name: typing.get_type_hints(PodtailorParams)[f.name]
                                 for f in dataclasses.fields(PodtailorParams) if f.name != "risk"}
 
 
-def parameters_of(params: PodtailorParams) -> dict[str, Any]:
+def parameters_of(params: PodtailorParams) -> dict[str, float | str]:
     """The flat view: ``{"part.field": value}`` for every setting of every part, and ``risk``; enums as their
     strings, so the result is JSON and each name is what ``with_overrides`` takes."""
-    out: dict[str, Any] = {}
+    out: dict[str, float | str] = {}
     for name in _PARTS:
         part = getattr(params, name)
         for f in dataclasses.fields(part):
@@ -168,12 +169,13 @@ def parameters_of(params: PodtailorParams) -> dict[str, Any]:
     return out
 
 
-def with_overrides(params: PodtailorParams, overrides: dict[str, Any]) -> PodtailorParams:
+def with_overrides(params: PodtailorParams, overrides: Mapping[str, object]) -> PodtailorParams:
     """``params`` with ``overrides`` applied: ``"part.field"`` names (an enum's value may be its string), whole
     parts or ``risk`` by name. Unknown names or bad values raise ``ValueError``; nothing is changed then."""
+    # untyped: the values are the caller's (from --set, as Python literals); the parts' checks refuse bad ones
     top: dict[str, Any] = {k: v for k, v in overrides.items() if "." not in k}
     unknown = sorted(k for k in top if k != "risk" and k not in _PARTS)
-    nested: dict[str, dict[str, Any]] = {}
+    nested: dict[str, dict[str, object]] = {}
     for key, value in overrides.items():
         if "." in key:
             part, _, name = key.partition(".")
@@ -193,7 +195,7 @@ def with_overrides(params: PodtailorParams, overrides: dict[str, Any]) -> Podtai
     return dataclasses.replace(params, **top)
 
 
-def _coerced(name: str, hint: Any, value: Any) -> Any:
+def _coerced(name: str, hint: object, value: object) -> object:
     """An enum field's value from its string (as ``--set`` gives it); others as given."""
     if isinstance(hint, type) and issubclass(hint, enum.Enum) and not isinstance(value, hint):
         allowed = [m.value for m in hint]
