@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podtailor.runtime.cli import UsageError, duration_s
-from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, check_risk
+from recommender.model.podtailor_params import RISK_MAX, RISK_MIN, check_risk
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, at_risk, get_strategy
 from recommender.model.types import HistoryPlan, Strategy
 from recommender.sources.config import READ_APIS, PrometheusConfig

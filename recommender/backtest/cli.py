@@ -2,8 +2,9 @@
 
 Owns ``add_backtest_parser(subparsers)`` and ``run_backtest(args) -> int`` (exit codes as the rest of the
 command line: 0 done, 2 bad usage or input, with a one-line error on stderr). Strategies are registry names with
-optional overrides (``--set podtailor.resize_down_fraction=0.3``); ``oracle`` is always added as the floor, and
-``oracle-budget`` (the oracle held to VPA's changes and CPU time over the request) whenever ``vpa`` runs. With
+optional overrides (``--set podtailor.resize.down_fraction=0.3``: podtailor's by part and field); ``oracle`` is
+always added as the floor, and ``oracle-budget`` (the oracle held to VPA's changes and CPU time over the
+request) whenever ``vpa`` runs. With
 ``--prometheus`` the history is the cluster's own: ``PrometheusSource.history`` over the namespaces given
 (``-n``) and ``--history``, one series per workload container (pods of a rollout share their workload's
 history), replayed by ``runner.run_history``. A Prometheus that cannot be read exits 1, with nothing written. With

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from recommender.backtest.runner import ORACLE, StrategySpec
 from recommender.backtest.scoring import Metrics
-from recommender.model.podtailor_state import check_risk
+from recommender.model.podtailor_params import check_risk
 
 DEFAULT_RISKS = (0.25, 0.5, 1.0, 2.0, 4.0)
 """Risk settings replayed when ``--sweep-values`` is not given: each doubles the overrun prices of the next."""

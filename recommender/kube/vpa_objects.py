@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podtailor.resources import Resources, ResourcesError, parse_resources
-from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, check_risk
+from recommender.model.podtailor_params import RISK_MAX, RISK_MIN, check_risk
 from recommender.model.types import ContainerPolicy, ControlledValues
 
 GROUP, VERSION, PLURAL = "autoscaling.k8s.io", "v1", "verticalpodautoscalers"

@@ -30,8 +30,8 @@ from podtailor.resources import CurrentResources
 from recommender.model.argmin_ensemble import HOUR_S, ArgminEnsemble, Chunk, EnsembleParams, chunk_costs
 from recommender.model.common import DAY_S, MIB, StrategyBase, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme
+from recommender.model.observed import Observed, SeenSpan, throttle_corrected
 from recommender.model.peaks import SortedSamples, sort_samples, split_at
-from recommender.model.podtailor_state import Observed, SeenSpan, throttle_corrected
 from recommender.model.policy import Estimate, LimitRule, ResourceEstimate, finalize, no_recommendation, with_floor
 from recommender.model.types import ContainerPolicy, ContainerState, OomKill, Recommendation, UsageBatch
 

@@ -2,9 +2,9 @@
 
 Owns the list of strategy names (``STRATEGIES``, and the ``CANDIDATES`` under study) and
 ``get_strategy(name, **overrides)``, which builds a strategy with its default parameters replaced by the
-overrides (unknown names or parameters raise ``ValueError``), so reports, the CLI and the backtest select and
-tune strategies the same way, and ``at_risk(name)``: how to build that strategy at a given risk setting, for
-the strategies that have one.
+overrides (podtailor's by ``"part.field"`` names; unknown names or parameters raise ``ValueError``), so
+reports, the CLI and the backtest select and tune strategies the same way, and ``at_risk(name)``: how to build
+that strategy at a given risk setting, for the strategies that have one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from recommender.model.autopilot_ml import AutopilotMlParams, AutopilotMlStrategy
 from recommender.model.krr import KrrParams, KrrSimpleStrategy
 from recommender.model.podtailor import PodtailorStrategy
-from recommender.model.podtailor_state import PodtailorParams
+from recommender.model.podtailor_params import PodtailorParams, with_overrides
 from recommender.model.types import Strategy
 from recommender.model.vpa import VpaParams, VpaStrategy
 
@@ -39,6 +39,8 @@ def get_strategy(name: str, **overrides: Any) -> Strategy:
     if name not in _FACTORIES:
         raise ValueError(f"unknown strategy {name!r}; known: {', '.join(STRATEGIES)}")
     params_type, factory = _FACTORIES[name]
+    if params_type is PodtailorParams:  # composed of parts: "part.field" names (``podtailor_params``)
+        return factory(with_overrides(PodtailorParams(), overrides))
     known = {f.name for f in dataclasses.fields(params_type) if f.init}
     unknown = sorted(set(overrides) - known)
     if unknown:

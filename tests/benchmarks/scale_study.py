@@ -44,7 +44,9 @@ TRACES: dict[str, tuple[str, TraceColumns | None]] = {
     # Normalized to the largest machine of the cell: read as a 32-core, 64 GiB machine (the issue's 1x).
     "google-odd": ("google2011_gcd_jobs_odd.csv.gz", TraceColumns(cpu_scale=32.0, memory_scale=64.0 * GIB)),
 }
-TINY_FLOORS = (("pod_min_cpu_millicores", 0.01), ("pod_min_memory_mib", 0.01), ("oom_min_bump_bytes", 1.0))
+TINY_FLOORS = (("pod_min_cpu_millicores", 0.01), ("pod_min_memory_mib", 0.01), ("oom_min_bump_bytes", 1.0),
+               ("floors.pod_cpu_millicores", 0.01), ("floors.pod_memory_mib", 0.01), ("oom.min_bump_bytes", 1.0))
+"""The floors below the smallest scaled container, by each strategy's names (podtailor's "part.field")."""
 FIGURES = ("cpu_slack_rel", "memory_slack_rel", "ooms_per_series_day", "cpu_over_request_min_per_day",
            "changes_per_series_day")
 
@@ -188,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, list[tuple[str, Any]]] = {n: [] if args.no_tiny_floors else tiny_floors(n) for n in names}
     for item in args.set:
         key, _, value = item.partition("=")
-        target, _, param = key.rpartition(".") if "." in key else ("podtailor", "", key)
+        head, _, rest = key.partition(".")  # NAME.param, or podtailor's own "part.field" / param
+        target, param = (head, rest) if rest and head in overrides else ("podtailor", key)
         if target not in overrides:
             parser.error(f"--set {item!r}: {target} is not a studied strategy")
         overrides[target].append((param, json.loads(value)))

@@ -357,7 +357,7 @@ def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None
     full = _source(world.url).history(namespaces, start, end)
     current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=256 * MI),
                                limits=Resources(cpu_millicores=700, memory_bytes=512 * MI))
-    strategies = {"podtailor": (get_strategy("podtailor", cpu_half_life_s=3 * 3600.0), 1.02),
+    strategies = {"podtailor": (get_strategy("podtailor", **{"cpu.half_life_s": 3 * 3600.0}), 1.02),
                   "vpa": (get_strategy("vpa", cpu_half_life_s=3 * 3600.0), 1.05),
                   "krr-simple": (get_strategy("krr-simple"), 1.01)}
     for name, (strategy, ratio) in strategies.items():

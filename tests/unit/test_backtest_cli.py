@@ -57,7 +57,7 @@ def test_missing_file_and_bad_column_exit_2(tmp_path: Path, trace: Path, capsys:
 def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     args = parse(str(trace), "--workers", "1", "--json", str(out), "--png", str(png), "--quiet",
-                 "--strategies", "vpa,podtailor", "--set", "podtailor.resize_down_fraction=0.3")
+                 "--strategies", "vpa,podtailor", "--set", "podtailor.resize.down_fraction=0.3")
     assert run_backtest(args) == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == "podtailor.backtest/v1"
@@ -68,7 +68,7 @@ def test_json_schema_and_png(tmp_path: Path, trace: Path) -> None:
                         "memory_slack_rel", "ooms_per_series_day", "oom_free_days", "cpu_over_limit_min_per_day",
                         "cpu_over_request_min_per_day", "changes_per_series_day"}
     assert row["series"] == 2 and row["series_days"] == 2 and row["ooms_per_series_day"] == 0.0
-    assert doc["strategies"]["podtailor"]["parameters"]["resize_down_fraction"] == 0.3
+    assert doc["strategies"]["podtailor"]["parameters"]["resize.down_fraction"] == 0.3
     assert doc["strategies"]["vpa"]["parameters"]["margin_fraction"] == 0.15
     assert doc["goals"]["all"]["strategy"] == "podtailor" and "memory_gap_closed" in doc["goals"]["all"]
     assert isinstance(doc["goals"]["all"]["half_cpu_gap_reachable"], bool)

@@ -115,10 +115,10 @@ def test_bad_risks_name_the_item(text: str, message: str) -> None:
 
 
 def test_sweep_specs_label_each_risk_and_keep_the_other_overrides() -> None:
-    overrides = {"podtailor": {"memory_oom_cost_peak_hours": 12.0}, "vpa": {"margin_fraction": 0.2}}
+    overrides = {"podtailor": {"memory_price.peak_hours": 12.0}, "vpa": {"margin_fraction": 0.2}}
     specs = sweep_specs((0.5, 2.0), overrides)
     assert [s.key for s in specs] == ["podtailor risk=0.5", "podtailor risk=2", "vpa", "krr-simple", ORACLE]
-    assert dict(specs[1].overrides) == {"memory_oom_cost_peak_hours": 12.0, "risk": 2.0}
+    assert dict(specs[1].overrides) == {"memory_price.peak_hours": 12.0, "risk": 2.0}
     assert dict(specs[2].overrides) == {"margin_fraction": 0.2}
     with pytest.raises(ValueError, match="does not combine with --sweep"):
         sweep_specs((1.0,), {"podtailor": {"risk": 2.0}})

@@ -1,4 +1,4 @@
-"""Unit tests of the per-container memory margin (``peaks.jump_margin``, ``memory_margin_jump_quantile``): the
+"""Unit tests of the per-container memory margin (``peaks.jump_margin``, ``memory_margin.mode`` "jump"): the
 quantile of how far an hour's peak rose above the day before it, within bounds, the same at every size."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def hourly_memory(values: np.ndarray) -> UsageBatch:
                       memory_interval_s=HOUR)
 
 
-def memory_target(values: np.ndarray, **params: float) -> int:
+def memory_target(values: np.ndarray, **params: float | str) -> int:
     strategy = get_strategy("podtailor", **params)
     state = strategy.new_state()
     assert isinstance(state, PodtailorState)
@@ -84,9 +84,9 @@ def test_the_default_margin_is_per_container() -> None:
     flat = np.full(9 * 24, 2 * GIB)
     # The default: the largest rise over the day before (none here), within 5%..15%: the 5% floor.
     assert memory_target(flat) == math.ceil(2 * GIB * 1.05)
-    assert memory_target(flat, memory_margin_jump_quantile=0.0) == math.ceil(2 * GIB * 1.15)  # the fixed 15%
-    assert memory_target(flat, memory_margin_jump_quantile=0.99,
-                         memory_margin_min_fraction=0.02) == math.ceil(2 * GIB * 1.02)
+    assert memory_target(flat, **{"memory_margin.mode": "fixed"}) == math.ceil(2 * GIB * 1.15)  # the fixed 15%
+    assert memory_target(flat, **{"memory_margin.jump_quantile": 0.99},
+                         **{"memory_margin.min_fraction": 0.02}) == math.ceil(2 * GIB * 1.02)
     # A history that rose 10% a day: 10% above the max (the level chosen is the max: a steady container).
     rising = 2 * GIB * 1.1 ** (np.arange(9 * 24) // 24)
     assert memory_target(rising) == math.ceil(float(rising.max()) * 1.10)
@@ -97,8 +97,8 @@ def test_the_default_margin_is_per_container() -> None:
 
 def test_the_margin_is_held_until_the_memory_target_moves() -> None:
     # Jumps hour over hour (lookback 1 h), p95: a flat history gets the 2% floor.
-    strategy = get_strategy("podtailor", memory_margin_jump_quantile=0.95, memory_jump_lookback_s=HOUR,
-                            memory_margin_min_fraction=0.02)
+    strategy = get_strategy("podtailor", **{"memory_margin.jump_quantile": 0.95, "memory_margin.jump_lookback_s": HOUR},
+                            **{"memory_margin.min_fraction": 0.02})
     state = strategy.new_state()
     assert isinstance(state, PodtailorState)
     hours = 9 * 24
@@ -127,16 +127,17 @@ def test_the_margin_is_held_until_the_memory_target_moves() -> None:
 
 def test_a_zero_fixed_margin_is_still_allowed_without_the_jump_margin() -> None:
     flat = np.full(9 * 24, 2 * GIB)
-    assert memory_target(flat, memory_margin_fraction=0.0, memory_margin_jump_quantile=0.0) == math.ceil(2 * GIB)
+    assert memory_target(flat, **{"memory_margin.fraction": 0.0, "memory_margin.mode": "fixed"}) == math.ceil(2 * GIB)
 
 
-@pytest.mark.parametrize("params", [{"memory_margin_jump_quantile": 1.5},
-                                    {"memory_margin_jump_quantile": math.nan},
-                                    {"memory_margin_jump_quantile": 0.99, "memory_margin_min_fraction": 0.2},
-                                    {"memory_margin_jump_quantile": 0.99, "memory_margin_fraction": 0.0},
-                                    {"memory_margin_fraction": 0.04},  # below the default jump floor, 5%
-                                    {"memory_margin_min_fraction": -0.01},
-                                    {"memory_jump_lookback_s": 60.0}])
-def test_bad_margin_settings_are_refused(params: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="memory_margin_jump_quantile must be in"):
+@pytest.mark.parametrize("params", [{"memory_margin.jump_quantile": 1.5},
+                                    {"memory_margin.jump_quantile": math.nan},
+                                    {"memory_margin.jump_quantile": 0.99, "memory_margin.min_fraction": 0.2},
+                                    {"memory_margin.jump_quantile": 0.99, "memory_margin.fraction": 0.0},
+                                    {"memory_margin.fraction": 0.04},  # below the default jump floor, 5%
+                                    {"memory_margin.min_fraction": -0.01},
+                                    {"memory_margin.jump_lookback_s": 60.0},
+                                    {"memory_margin.mode": "sometimes"}])
+def test_bad_margin_settings_are_refused(params: dict[str, float | str]) -> None:
+    with pytest.raises(ValueError, match=r"memory_margin[.:]"):
         get_strategy("podtailor", **params)

@@ -7,8 +7,9 @@ import pytest
 
 from podtailor.resources import CurrentResources, Resources
 from recommender.model.common import fleet_from_samples
+from recommender.model.observed import adaptive_step
 from recommender.model.peaks import cost_level
-from recommender.model.podtailor_state import PodtailorState, adaptive_step
+from recommender.model.podtailor_state import PodtailorState
 from recommender.model.registry import get_strategy
 from recommender.model.types import (
     ContainerPolicy,
@@ -83,7 +84,7 @@ def test_throttling_raises_recorded_usage() -> None:
     # Recorded as 0.5 x (1 + 0.5) = 0.75: target in [0.75 x 1.1, (0.75 x 1.02 + 0.001) x 1.1] = [825m, 843m].
     rec = run(get_strategy("podtailor"), data)
     assert rec.target.cpu_millicores is not None and 825 <= rec.target.cpu_millicores <= 843
-    off = run(get_strategy("podtailor", throttle_correction=False), data)
+    off = run(get_strategy("podtailor", **{"cpu.throttle_correction": False}), data)
     assert off.target.cpu_millicores is not None and off.target.cpu_millicores <= 563
 
 
@@ -96,11 +97,10 @@ def test_cost_level_worked_numbers() -> None:
     assert cost_level(np.array([np.nan]), margin_fraction=0.15, overrun_cost=1.0) is None
 
 
-FIXED_MARGIN: dict[str, float] = {"memory_margin_jump_quantile": 0.0}
+FIXED_MARGIN: dict[str, str] = {"memory_margin.mode": "fixed"}
 """The fixed 15% memory margin (the default before the held jump margin), so that worked numbers are the
 statistic's alone."""
-ABSOLUTE: dict[str, float] = {"cpu_over_request_cost_ratio": 0.0, "memory_oom_cost_peak_hours": 0.0,
-                              **FIXED_MARGIN}
+ABSOLUTE: dict[str, str] = {"cpu_price.mode": "absolute", "memory_price.mode": "absolute", **FIXED_MARGIN}
 """The fleet-wide prices, 1 core per unit share over the request and 100 GiB-hours per OOM, with the fixed
 margin (the default before #18)."""
 
@@ -126,13 +126,14 @@ def test_memory_oom_tolerance_classes() -> None:
     mem = np.array([8e8] * 2 + [2e8] * 40 + [1e8] * 150)  # hourly peaks, 8 days, oldest first
     data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
                       memory_peak_bytes=series(mem, HOUR), memory_interval_s=HOUR)
-    minimal = run(get_strategy("podtailor", memory_oom_tolerance="minimal", **FIXED_MARGIN), data).target.memory_bytes
+    minimal = run(get_strategy("podtailor", **{"memory.statistic": "minimal"}, **FIXED_MARGIN),
+                  data).target.memory_bytes
     assert minimal == 920_000_000  # max 8e8 x 1.15
-    low = run(get_strategy("podtailor", memory_oom_tolerance="low", **FIXED_MARGIN), data).target.memory_bytes
+    low = run(get_strategy("podtailor", **{"memory.statistic": "low"}, **FIXED_MARGIN), data).target.memory_bytes
     # p98 of decayed hourly peaks lands in the 2e8 group (the 8e8 peaks are the newest, about 1% of weight
     # each... their share of decayed weight is small): upper edge <= 2e8 x 1.02 + 1 MiB, x1.15.
     assert low is not None and 2e8 * 1.15 <= low <= (2e8 * 1.02 + MIB) * 1.15
-    inter = run(get_strategy("podtailor", memory_oom_tolerance="intermediate", **FIXED_MARGIN),
+    inter = run(get_strategy("podtailor", **{"memory.statistic": "intermediate"}, **FIXED_MARGIN),
                 data).target.memory_bytes
     # max(p60 in the 1e8 bucket, 0.5 x 8e8 = 4e8) = 4e8 x 1.15 = 460e6.
     assert inter == 460_000_000
@@ -169,7 +170,8 @@ def test_thin_history_never_lowers_the_request() -> None:
     assert "cpu: low confidence: no decrease" in thin.reasons
     enough = run(get_strategy("podtailor"), hourly(48, 0.1, 1e8), current=current)  # c = 47/24 = 1.96 days
     assert enough.target.cpu_millicores is not None and enough.target.cpu_millicores < 500
-    allowed = run(get_strategy("podtailor", no_decrease_on_thin_history=False), hourly(6, 0.1, 1e8), current=current)
+    allowed = run(get_strategy("podtailor", **{"confidence.no_decrease_on_thin_history": False}), hourly(6, 0.1, 1e8),
+                  current=current)
     assert allowed.target.cpu_millicores is not None and allowed.target.cpu_millicores < 500
 
 
@@ -187,7 +189,7 @@ def test_cpu_rises_fast_and_falls_slowly() -> None:
     low = hourly(99, 0.1, 1e8, end=NOW - HOUR)
     high = hourly(1, 1.0, 1e8)
     rise = run(get_strategy("podtailor"), low, high).target.cpu_millicores
-    slow_only = run(get_strategy("podtailor", cpu_fast_half_life_s=0.0), low, high).target.cpu_millicores
+    slow_only = run(get_strategy("podtailor", **{"cpu.fast_half_life_s": 0.0}), low, high).target.cpu_millicores
     assert rise is not None and slow_only is not None
     # The newest hour's share of the decayed weight: 1 - 2^(-1) = 50% with the 1h half-life (p85 in the
     # 1-core bucket: >= 1.0 x 1.1 = 1100m) but 1 - 2^(-1/12) = 5.6% with the 12h one (p85 in the 0.1 bucket:
@@ -200,7 +202,7 @@ def test_cpu_limit_rules_keep_qos() -> None:
     burstable = CurrentResources(requests=Resources(cpu_millicores=250), limits=Resources(cpu_millicores=2000))
     rec = run(get_strategy("podtailor"), data, current=burstable)
     # percentile rule: max(p99 (~0.5..0.511) x 1.15, request x 1.1) with the request [550m, 562.1m]: the
-    # cpu_limit_min_ratio floor (added so rounding never yields limit == request, which the QoS rule would
+    # cpu_limit.min_ratio floor (added so rounding never yields limit == request, which the QoS rule would
     # then keep forever) wins: [605m, 619m], above the request.
     assert rec.target.cpu_millicores is not None and rec.limits.cpu_millicores is not None
     assert 605 <= rec.limits.cpu_millicores <= 619 and rec.limits.cpu_millicores > rec.target.cpu_millicores
@@ -209,12 +211,17 @@ def test_cpu_limit_rules_keep_qos() -> None:
     assert rec.limits.cpu_millicores == rec.target.cpu_millicores
     none = CurrentResources(requests=Resources(cpu_millicores=250))
     assert run(get_strategy("podtailor"), data, current=none).limits.cpu_millicores is None
-    assert run(get_strategy("podtailor", cpu_limit_rule="none"), data, current=burstable).limits.cpu_millicores is None
+    no_limit = run(get_strategy("podtailor", **{"cpu_limit.rule": "none"}), data, current=burstable)
+    assert no_limit.limits.cpu_millicores is None
 
 
 def test_invalid_parameter_values_are_rejected() -> None:
-    with pytest.raises(ValueError):
-        get_strategy("podtailor", memory_oom_tolerance="reckless")
+    with pytest.raises(ValueError, match=r"memory\.statistic must be one of cost, low, minimal, intermediate"):
+        get_strategy("podtailor", **{"memory.statistic": "reckless"})
+    with pytest.raises(ValueError, match=r"cpu_limit\.rule must be one of"):
+        get_strategy("podtailor", **{"cpu_limit.rule": "tight"})
+    with pytest.raises(ValueError, match=r"unknown parameter.*cpu_price\.colour, memory_oom_tolerance"):
+        get_strategy("podtailor", **{"cpu_price.colour": "red", "memory_oom_tolerance": "low"})
 
 
 def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
@@ -246,12 +253,12 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
 
 
 def test_deeper_decreases_wait_less() -> None:
-    """A decrease waits resize_down_dwell_s x (resize_down_fraction / its depth) ^ resize_down_dwell_power after
+    """A decrease waits dwell.decrease_s x (resize.down_fraction / its depth) ^ dwell.power after
     the last change: the same targets (about 113m CPU; memory held at its own target, so it does not move and
     take CPU along) leave a 500m request 8 h after a change and keep a 160m one until its longer wait is over."""
     memory = 125 * MIB  # the memory target (about 112-115 MiB) is inside its band: memory stays
 
-    def requests_after(cpu_m: int, hours: float, **params: float) -> tuple[int | None, tuple[str, ...]]:
+    def requests_after(cpu_m: int, hours: float, **params: float | str) -> tuple[int | None, tuple[str, ...]]:
         strategy = get_strategy("podtailor", **params)
         state = strategy.new_state()
         state.add(hourly(48, 0.1, 1e8))
@@ -271,18 +278,18 @@ def test_deeper_decreases_wait_less() -> None:
     later, _ = requests_after(160, 14)
     assert later is not None and later < 130
     # Power 0: every decrease waits the whole dwell, however deep (the rule before 2026-12-06).
-    flat, _ = requests_after(500, 8, resize_down_dwell_power=0.0)
+    flat, _ = requests_after(500, 8, **{"dwell.power": 0.0})
     assert flat == 500
-    assert requests_after(500, 21, resize_down_dwell_power=0.0)[0] == deep
-    with pytest.raises(ValueError, match="resize_down_dwell_power"):
-        get_strategy("podtailor", resize_down_dwell_power=float("nan"))
+    assert requests_after(500, 21, **{"dwell.power": 0.0})[0] == deep
+    with pytest.raises(ValueError, match="dwell: power"):
+        get_strategy("podtailor", **{"dwell.power": float("nan")})
 
 
 def test_cpu_grows_only_beyond_its_up_band() -> None:
     data = hourly(192, 0.5, 5e8)  # CPU target in [550m, 563m] (test_constant_cpu_target); memory 525e6
     mem = 525_000_000  # memory at its target: it does not move, so CPU decides alone
 
-    def cpu_after(request_m: int, **overrides: float) -> int | None:
+    def cpu_after(request_m: int, **overrides: float | str) -> int | None:
         current = CurrentResources(requests=Resources(cpu_millicores=request_m, memory_bytes=mem))
         return run(get_strategy("podtailor", **overrides), data, current=current).target.cpu_millicores
 
@@ -300,7 +307,7 @@ def test_cpu_grows_only_beyond_its_up_band() -> None:
     after = cpu_after(480)
     assert after is not None and 550 <= after <= 563
     # Without the band any growth resizes.
-    no_band = cpu_after(520, cpu_resize_up_fraction=0.0)
+    no_band = cpu_after(520, **{"resize.cpu_up_fraction": 0.0})
     assert no_band is not None and 550 <= no_band <= 563
 
 
@@ -320,7 +327,7 @@ def test_resizes_are_coordinated() -> None:
     both = run(get_strategy("podtailor"), data, current=current)
     # Coordinated: the resize happens anyway, so memory takes its fresh target in the same update.
     assert both.target.memory_bytes == 105_000_000 and (both.target.cpu_millicores or 0) >= 1100
-    alone = run(get_strategy("podtailor", coordinate_resizes=False), data, current=current)
+    alone = run(get_strategy("podtailor", **{"resize.coordinate": False}), data, current=current)
     assert alone.target.memory_bytes == 125_000_000 and (alone.target.cpu_millicores or 0) >= 1100
 
 
@@ -334,11 +341,9 @@ def test_adaptive_step_worked_numbers() -> None:
     assert adaptive_step(0.31, -0.002, 20.0, (0.3, 0.85)) == 0.3
 
 
-CALIBRATED: dict[str, float] = {"cpu_over_request_budget": 0.002, "cpu_over_request_cost_cores": 0.0,
-                                "cpu_over_request_cost_ratio": 0.0}
+CALIBRATED: dict[str, float | str] = {"cpu_calibration.budget": 0.002, "cpu_price.mode": "off"}
 """The calibrated request percentile instead of the cost level (the default before it)."""
-FIXED_P85: dict[str, float] = {"cpu_over_request_budget": 0.0, "cpu_over_request_cost_cores": 0.0,
-                               "cpu_over_request_cost_ratio": 0.0}
+FIXED_P85: dict[str, float | str] = {"cpu_calibration.budget": 0.0, "cpu_price.mode": "off"}
 """Neither: both histograms at p85."""
 
 
@@ -350,7 +355,7 @@ def five_minute_cpu(values: list[float], end: float = NOW) -> UsageBatch:
 def test_calibration_follows_the_share_of_time_over_the_applied_request() -> None:
     state = get_strategy("podtailor", **CALIBRATED).new_state()
     assert isinstance(state, PodtailorState)
-    assert state.cpu_level == 0.85  # starts at the ceiling, cpu_request_percentile
+    assert state.cpu_level == 0.85  # starts at the ceiling, cpu.request_percentile
     state.cpu_level = 0.7
     # One hour of 5-minute samples, 3 of 12 above the 0.5-core request: over = 0.25, one hour of weight.
     state.add(five_minute_cpu([0.6, 0.6, 0.6] + [0.2] * 9, end=NOW - HOUR))
@@ -409,9 +414,9 @@ def test_a_container_under_its_budget_gets_a_lower_percentile() -> None:
     # At rate 10 the same hours lower it by 3.84: clipped at the floor p30, which both histograms put at 0.2
     # core (in the fast 1 h half-life one the 0.2 hours weigh 1/2 + 1/8 + ... = 2/3 of 2), so 0.2 x 1.1 =
     # 220m up to (0.2 x 1.02 + 0.001) x 1.1 = 225.5m.
-    assert 220 <= cpu_target(get_strategy("podtailor", **CALIBRATED, cpu_calibration_rate=10.0), 2000) <= 226
+    assert 220 <= cpu_target(get_strategy("podtailor", **CALIBRATED, **{"cpu_calibration.rate": 10.0}), 2000) <= 226
     # A container over its budget stays at the ceiling: under a 0.5-core request half the samples are over.
-    assert cpu_target(get_strategy("podtailor", **CALIBRATED, cpu_calibration_rate=10.0), 500) == fixed
+    assert cpu_target(get_strategy("podtailor", **CALIBRATED, **{"cpu_calibration.rate": 10.0}), 500) == fixed
 
 
 def test_calibrated_level_survives_a_checkpoint() -> None:
@@ -437,10 +442,10 @@ def cast_state(state: object) -> PodtailorState:
 
 
 def test_calibration_parameters_are_checked() -> None:
-    with pytest.raises(ValueError, match="cpu_over_request_budget"):
-        get_strategy("podtailor", cpu_over_request_budget=1.0)
-    with pytest.raises(ValueError, match="cpu_min_request_percentile"):
-        get_strategy("podtailor", cpu_min_request_percentile=0.9)
+    with pytest.raises(ValueError, match="cpu_calibration: budget"):
+        get_strategy("podtailor", **{"cpu_calibration.budget": 1.0})
+    with pytest.raises(ValueError, match="min_request_percentile"):
+        get_strategy("podtailor", **{"cpu.min_request_percentile": 0.9})
 
 
 def every_fifth_hour(base: float, burst: float, every: int = 5) -> UsageBatch:
@@ -450,7 +455,7 @@ def every_fifth_hour(base: float, burst: float, every: int = 5) -> UsageBatch:
                       memory_peak_bytes=series(np.full(192, 5e8), HOUR), memory_interval_s=HOUR)
 
 
-def cpu_request_m(batch: UsageBatch, **params: float) -> int:
+def cpu_request_m(batch: UsageBatch, **params: float | str) -> int:
     rec = run(get_strategy("podtailor", **params), batch)
     assert rec.target.cpu_millicores is not None
     return rec.target.cpu_millicores
@@ -476,9 +481,9 @@ def test_cpu_cost_level_prices_time_over_the_request() -> None:
     # top costs 2 x 0.55 x 0.1 = 0.11 against 0.055 saved (covered, the same 605 to 618m).
     assert 110 <= cpu_request_m(bursty) <= 113 and 605 <= cpu_request_m(flat) <= 618
     # A price beyond every saving covers the max; the floor percentile holds under a lower level (p85 here).
-    assert cpu_request_m(bursty, **ABSOLUTE, cpu_over_request_cost_cores=1e9) == p85
-    assert cpu_request_m(bursty, cpu_over_request_cost_ratio=1e9) == p85
-    assert cpu_request_m(bursty, cpu_min_request_percentile=0.85) == p85
+    assert cpu_request_m(bursty, **ABSOLUTE, **{"cpu_price.cores": 1e9}) == p85
+    assert cpu_request_m(bursty, **{"cpu_price.container_ratio": 1e9}) == p85
+    assert cpu_request_m(bursty, **{"cpu.min_request_percentile": 0.85}) == p85
 
 
 def test_cpu_cost_level_stops_at_its_ceiling_percentile() -> None:
@@ -486,12 +491,12 @@ def test_cpu_cost_level_stops_at_its_ceiling_percentile() -> None:
     # about 0.04 core, so the price alone would take the max (the 0.52 bucket: 574m). The ceiling, p95, keeps
     # the 0.5 bucket (562m), as for a small flat container whose top the price never reaches.
     rare = every_fifth_hour(0.5, 0.52, every=25)
-    assert cpu_request_m(rare, cpu_max_request_percentile=1.0) == 574
+    assert cpu_request_m(rare, **{"cpu.max_request_percentile": 1.0}) == 574
     assert cpu_request_m(rare) == 562
-    with pytest.raises(ValueError, match="cpu_max_request_percentile"):
-        get_strategy("podtailor", cpu_max_request_percentile=0.2)  # under the floor, p30
-    with pytest.raises(ValueError, match="cpu_max_request_percentile"):
-        get_strategy("podtailor", cpu_max_request_percentile=float("nan"))
+    with pytest.raises(ValueError, match="max_request_percentile"):
+        get_strategy("podtailor", **{"cpu.max_request_percentile": 0.2})  # under the floor, p30
+    with pytest.raises(ValueError, match="max_request_percentile"):
+        get_strategy("podtailor", **{"cpu.max_request_percentile": float("nan")})
 
 
 def test_cpu_cost_level_share_of_a_histogram() -> None:
@@ -506,12 +511,12 @@ def test_cpu_cost_level_share_of_a_histogram() -> None:
 
 def test_cpu_cost_parameter_is_checked() -> None:
     for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="cpu_over_request_cost_cores"):
-            get_strategy("podtailor", cpu_over_request_cost_cores=bad)
+        with pytest.raises(ValueError, match="cpu_price: cores"):
+            get_strategy("podtailor", **{"cpu_price.cores": bad})
 
 
-SCALE_FREE: dict[str, float] = {"cpu_over_request_cost_ratio": 1.2, "memory_oom_cost_peak_hours": 12.0,
-                                "pod_min_cpu_millicores": 0.01, "pod_min_memory_mib": 0.01, **FIXED_MARGIN}
+SCALE_FREE: dict[str, float | str] = {"cpu_price.container_ratio": 1.2, "memory_price.peak_hours": 12.0,
+                                "floors.pod_cpu_millicores": 0.01, "floors.pod_memory_mib": 0.01, **FIXED_MARGIN}
 
 
 def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> None:
@@ -545,12 +550,11 @@ def test_the_per_container_prices_choose_the_same_level_whatever_the_size() -> N
     assert 605 <= small <= 618 and large / small == pytest.approx(100, rel=0.03)
 
 
-@pytest.mark.parametrize("name", ["cpu_over_request_cost_ratio", "memory_oom_cost_peak_hours",
-                                  "memory_oom_cost_gib_hours", "cpu_over_request_cost_fleet_ratio",
-                                  "memory_oom_cost_fleet_hours", "memory_oom_cost_min_peak_hours"])
+@pytest.mark.parametrize("name", ["cpu_price.container_ratio", "memory_price.peak_hours", "memory_price.gib_hours",
+                                  "cpu_price.fleet_ratio", "memory_price.fleet_hours", "memory_price.min_peak_hours"])
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
 def test_the_prices_must_be_finite_and_not_negative(name: str, bad: float) -> None:
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=name.replace(".", ": ")):
         get_strategy("podtailor", **{name: bad})
 
 
@@ -594,7 +598,7 @@ def test_a_summary_may_not_hold_a_summary() -> None:
 
 def test_history_plans_follow_each_strategys_half_life() -> None:
     assert get_strategy("podtailor").history_plan().full_resolution_s == 3 * 86400
-    assert get_strategy("podtailor", cpu_half_life_s=3600.0, cpu_fast_half_life_s=7200.0
+    assert get_strategy("podtailor", **{"cpu.half_life_s": 3600.0, "cpu.fast_half_life_s": 7200.0}
                         ).history_plan().full_resolution_s == 12 * 3600
     assert get_strategy("vpa").history_plan().full_resolution_s == 6 * 86400
     assert get_strategy("krr-simple").history_plan().full  # an unweighted 14-day percentile: all of it
@@ -609,7 +613,7 @@ def test_fleet_prices_put_the_risk_on_containers_larger_than_the_fleet_and_scale
     # 2.34s). The same at 1e8 and 1e10: the fleet scales with the container.
     shape = np.array([8.0] * 2 + [2.0] * 40 + [1.0] * 150)
     floored, unfloored = (get_strategy("podtailor", **FIXED_MARGIN),
-                          get_strategy("podtailor", memory_oom_cost_min_peak_hours=0.0, **FIXED_MARGIN))
+                          get_strategy("podtailor", **{"memory_price.min_peak_hours": 0.0}, **FIXED_MARGIN))
     for scale in (1e8, 1e10):
         data = UsageBatch(cpu_cores=series(np.full(192, 0.1), HOUR), cpu_interval_s=HOUR,
                           memory_peak_bytes=series(shape * scale, HOUR), memory_interval_s=HOUR)
@@ -633,7 +637,7 @@ def test_fleet_prices_put_the_risk_on_containers_larger_than_the_fleet_and_scale
     assert cpu_m(flat_large, 10.0) / dropped == pytest.approx(100, rel=0.03)
     # Without a fleet, or with the fleet prices at 0, the per-container prices decide (they cover both).
     assert cpu_request_m(flat_small) == covered
-    no_fleet_price = get_strategy("podtailor", cpu_over_request_cost_fleet_ratio=0.0)
+    no_fleet_price = get_strategy("podtailor", **{"cpu_price.mode": "container"})
     rec = run(no_fleet_price, flat_small, policy=ContainerPolicy(fleet=FleetScale(cpu_cores=0.1, memory_bytes=0.0)))
     assert rec.target.cpu_millicores == covered
 

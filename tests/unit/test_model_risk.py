@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podtailor.resources import CurrentResources
-from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, PodtailorParams, check_risk
+from recommender.model.podtailor_params import RISK_MAX, RISK_MIN, PodtailorParams, check_risk
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerPolicy, Recommendation, Samples, UsageBatch
 
@@ -30,7 +30,7 @@ def hourly(cpu: np.ndarray, memory: np.ndarray) -> UsageBatch:
                       memory_interval_s=HOUR)
 
 
-def recommend(batch: UsageBatch, **params: float) -> Recommendation:
+def recommend(batch: UsageBatch, **params: float | str) -> Recommendation:
     """A first recommendation (no current request: no resize band, dwell or no-decrease rule applies)."""
     strategy = get_strategy("podtailor", **params)
     state = strategy.new_state()
@@ -55,7 +55,7 @@ def test_the_default_is_risk_one_and_one_is_the_prices_as_set() -> None:
     assert targets(recommend(bursty())) == targets(recommend(bursty(), risk=1.0))
 
 
-ABSOLUTE: dict[str, float] = {"cpu_over_request_cost_ratio": 0.0, "memory_oom_cost_peak_hours": 0.0}
+ABSOLUTE: dict[str, str] = {"cpu_price.mode": "absolute", "memory_price.mode": "absolute"}
 """The fleet-wide prices in cores and GiB-hours (the default before #18)."""
 
 
@@ -64,16 +64,16 @@ def test_risk_divides_both_prices() -> None:
     at the default per-container prices is those quartered (2 x p95 -> 0.5, 24 peak-hours -> 6), and risk 0.5
     at other per-container prices is those doubled; each differs from risk 1 here, so the equality is not the
     trivial one."""
-    quarter = recommend(bursty(), **ABSOLUTE, cpu_over_request_cost_cores=0.25, memory_oom_cost_gib_hours=25.0)
+    quarter = recommend(bursty(), **ABSOLUTE, **{"cpu_price.cores": 0.25, "memory_price.gib_hours": 25.0})
     assert targets(recommend(bursty(), **ABSOLUTE, risk=4.0)) == targets(quarter)
     assert targets(quarter) != targets(recommend(bursty(), **ABSOLUTE))  # memory drops its top hours
-    default_quarter = recommend(bursty(), cpu_over_request_cost_ratio=0.5, memory_oom_cost_peak_hours=6.0)
+    default_quarter = recommend(bursty(), **{"cpu_price.container_ratio": 0.5, "memory_price.peak_hours": 6.0})
     assert targets(recommend(bursty(), risk=4.0)) == targets(default_quarter)
     assert targets(default_quarter)[1] < targets(recommend(bursty()))[1]  # worked numbers below
     # Per container: CPU 3 x p95 (1 core) drops the bursts (0.6 < 0.88 cores saved), 6 keeps them (1.2);
     # memory 8 x the 4 GiB peak = 32 GiB-hours drops the top hours (1.67 < 2.1 GiB), 16 keeps them (3.33).
-    ratio = {"cpu_over_request_cost_ratio": 3.0, "memory_oom_cost_peak_hours": 8.0}
-    doubled = recommend(bursty(), cpu_over_request_cost_ratio=6.0, memory_oom_cost_peak_hours=16.0)
+    ratio = {"cpu_price.container_ratio": 3.0, "memory_price.peak_hours": 8.0}
+    doubled = recommend(bursty(), **{"cpu_price.container_ratio": 6.0, "memory_price.peak_hours": 16.0})
     assert targets(recommend(bursty(), risk=0.5, **ratio)) == targets(doubled)
     cheap, dear = targets(recommend(bursty(), **ratio)), targets(doubled)
     assert cheap[0] < dear[0] and cheap[1] < dear[1]
