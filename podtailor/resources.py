@@ -60,6 +60,11 @@ def human_quantities(res: Resources) -> dict[str, str]:
     return out
 
 
+def human_amount(name: str, amount: int) -> str:
+    """One amount of ``name`` ("cpu": millicores, "memory": bytes) as ``human_quantities`` shows it."""
+    return format_cpu(amount) if name == "cpu" else human_memory(amount)
+
+
 def human(res: Resources) -> str:
     """CPU and memory for a person, "574m / 1.2Gi", with "-" where unset."""
     q = human_quantities(res)

@@ -25,7 +25,7 @@ from podtailor.units import QuantityError, human_memory
 from recommender.engine import PassReport
 from recommender.model.types import Recommendation
 from recommender.pass_summary import print_pass
-from tests.builders.policy import GI, container, ctarget, pod, run, wtarget
+from tests.builders.policy import GI, container, ctarget, node, pod, run, wtarget
 from updater import __main__ as updater_main
 from updater.policy.types import Plan
 
@@ -112,6 +112,16 @@ def test_plan_json_keeps_the_exact_quantities(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(_plan_output(monkeypatch, capsys, "json"))
     assert "memory 1Gi→1323708601" in doc["plans"][0]["decisions"][0]["changes"]
+
+
+@cache
+def test_plan_says_a_target_above_the_node_in_quantities(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # A 1 GiB node; the target 1323708601 bytes does not fit: the plan's message names both as quantities.
+    plan = run([pod(containers=[container(cpu=500, mem=GI)])], [wtarget(ctarget(cpu=574, mem=ODD_BYTES))],
+               nodes=[node(mem=GI)])
+    assert "memory requests 1.2Gi > node n1 allocatable 1Gi" in plan.decisions[0].message, plan.decisions[0]
+    assert RAW.findall(plan.decisions[0].message) == []
 
 
 @cache
