@@ -3,7 +3,8 @@
 Owns ``Resources`` (millicores and bytes, None where unset), ``CurrentResources`` (a container's requests
 and limits) and the conversion of a ``Resources`` to and from the ``{"cpu": "250m", "memory": "1Gi"}`` maps
 the Kubernetes API carries: ``parse_resources`` (the one reader: exact, rounded up once, cached because a
-cluster repeats the same few strings thousands of times) and ``quantities`` (the one writer). Parsing and
+cluster repeats the same few strings thousands of times) and ``quantities`` (the one writer). ``human_quantities``
+and ``human`` are the same as a command's text output shows them to a person ("574m / 1.2Gi"). Parsing and
 formatting of a single quantity live in ``podtailor.units``.
 """
 
@@ -13,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from podtailor.units import QuantityError, format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
+from podtailor.units import (
+    QuantityError,
+    format_cpu,
+    format_memory,
+    human_memory,
+    parse_cpu_millicores,
+    parse_memory_bytes,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +47,28 @@ def quantities(res: Resources) -> dict[str, str]:
     if res.memory_bytes is not None:
         out["memory"] = format_memory(res.memory_bytes)
     return out
+
+
+def human_quantities(res: Resources) -> dict[str, str]:
+    """``quantities`` as a command's text output shows them to a person: CPU exact, as kubectl prints it,
+    memory rounded by ``human_memory`` ("1.2Gi"). Machine-readable outputs and API writes use ``quantities``."""
+    out = {}
+    if res.cpu_millicores is not None:
+        out["cpu"] = format_cpu(res.cpu_millicores)
+    if res.memory_bytes is not None:
+        out["memory"] = human_memory(res.memory_bytes)
+    return out
+
+
+def human_amount(name: str, amount: int) -> str:
+    """One amount of ``name`` ("cpu": millicores, "memory": bytes) as ``human_quantities`` shows it."""
+    return format_cpu(amount) if name == "cpu" else human_memory(amount)
+
+
+def human(res: Resources) -> str:
+    """CPU and memory for a person, "574m / 1.2Gi", with "-" where unset."""
+    q = human_quantities(res)
+    return " / ".join(q.get(k, "-") for k in ("cpu", "memory"))
 
 
 class ResourcesError(ValueError):

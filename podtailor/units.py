@@ -3,7 +3,9 @@
 Owns the conversion between Kubernetes quantity strings ("250m", "1.5Gi", "1e3", "128974848") and
 integers: CPU in millicores, memory in bytes. Parsing is exact (``fractions.Fraction``, never floats) and
 rounds up once; malformed, negative or absurd values raise ``QuantityError`` with the offending text.
-Both halves parse and print quantities through this module alone (``podtailor.resources`` builds on it).
+Both halves parse and print quantities through this module alone (``podtailor.resources`` builds on it):
+``format_cpu``/``format_memory`` write the exact quantity the API carries, and ``human_memory`` the rounded one
+a person reads in a command's text output ("1.2Gi" where the API holds ``1323708601``).
 """
 
 from __future__ import annotations
@@ -94,3 +96,17 @@ def format_memory(memory_bytes: int) -> str:
         if memory_bytes and memory_bytes % unit == 0:
             return f"{memory_bytes // unit}{suffix}"
     return str(memory_bytes)
+
+
+def human_memory(memory_bytes: float) -> str:
+    """Memory as a person reads it in a command's text: the largest of Gi, Mi and Ki not above it, whole
+    ("512Mi") or to one decimal ("1.2Gi"), and plain bytes below 1Ki ("100"). Never for an API write or a
+    machine-readable output: those carry ``format_memory``'s exact quantity."""
+    if memory_bytes < 0:
+        raise QuantityError(f"negative memory {memory_bytes}")
+    for suffix in ("Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if memory_bytes >= unit:
+            amount = memory_bytes / unit
+            return f"{amount:.0f}{suffix}" if amount == int(amount) else f"{amount:.1f}{suffix}"
+    return f"{memory_bytes:.0f}"

@@ -312,7 +312,8 @@ class RecommenderEngine:
 
 
 def _short(rec: Recommendation) -> str:
-    from podtailor.resources import quantities
+    """The target as the Event shows it to a person: "cpu 574m memory 1.2Gi" (the status has the exact one)."""
+    from podtailor.resources import human_quantities
 
-    target = quantities(rec.target)
+    target = human_quantities(rec.target)
     return " ".join(f"{k} {v}" for k, v in sorted(target.items()))

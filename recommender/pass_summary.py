@@ -1,6 +1,8 @@
 """Printing what one recommender pass did: a terminal table or JSON on stdout.
 
-Owns the human- and machine-readable summary of ``PassReport`` for ``podtailor-recommender once``.
+Owns the human- and machine-readable summary of ``PassReport`` for ``podtailor-recommender once``: the table
+shows quantities as a person reads them (``podtailor.resources.human``: "574m / 1.2Gi"), the JSON carries the
+exact quantities written into the VPA status.
 """
 
 from __future__ import annotations
@@ -10,14 +12,9 @@ import sys
 
 from rich.table import Table
 
-from podtailor.resources import Resources, quantities
+from podtailor.resources import human, quantities
 from podtailor.runtime.cli import console
 from recommender.engine import PassReport
-
-
-def _q(res: Resources) -> str:
-    q = quantities(res)
-    return " / ".join(q.get(k, "-") for k in ("cpu", "memory"))
 
 
 def print_pass(report: PassReport, output: str) -> None:
@@ -36,6 +33,6 @@ def print_pass(report: PassReport, output: str) -> None:
     for col in ("namespace", "VPA", "container", "target cpu / mem", "lower", "upper", "confidence", "notes"):
         table.add_column(col)
     for (ns, vpa, c), r in sorted(report.recommendations.items()):
-        table.add_row(ns, vpa, c, _q(r.target), _q(r.lower_bound), _q(r.upper_bound), f"{r.confidence:.2f}",
+        table.add_row(ns, vpa, c, human(r.target), human(r.lower_bound), human(r.upper_bound), f"{r.confidence:.2f}",
                       "; ".join(r.reasons))
     console().print(table)

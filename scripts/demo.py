@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client, config  # noqa: E402
 
-from podtailor.units import parse_cpu_millicores, parse_memory_bytes  # noqa: E402
+from podtailor.units import format_cpu, human_memory, parse_cpu_millicores, parse_memory_bytes  # noqa: E402
 from tests.harness.cluster import kubectl_bin  # noqa: E402
 from tests.harness.kubelets import HOLLOW_TOLERATION  # noqa: E402
 from tests.harness.process import free_port  # noqa: E402
@@ -52,6 +52,21 @@ PRICE_CPU_HOUR, PRICE_GIB_HOUR, HOURS = 0.031611, 0.004237, 730.0  # OpenCost's 
 
 def say(text: str) -> None:
     print(f"\033[1m==>\033[0m {text}", flush=True)
+
+
+def batch_progress(current_batch: int, batch_count: int) -> str:
+    """"2/3": the batch a rollout is on, counted from 1, out of its batches. ``status.currentBatch`` counts from 0
+    and, once the last batch is done, equals the number of batches (``updater/rollout/machine.py`` completes a
+    rollout with ``current_batch=nxt``), so a finished rollout shows its last batch, never one past it."""
+    return f"{min(current_batch + 1, batch_count)}/{batch_count}"
+
+
+def requested_line(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], key: str, label: str) -> str:
+    """One summary line, the pods' total request before and after, as kubectl prints quantities ("8250m",
+    "12.3Gi") through the base's formatters: ``key`` is ``cpu_m`` (millicores) or ``memory_b`` (bytes)."""
+    fmt = format_cpu if key == "cpu_m" else human_memory
+    total0, total1 = (sum(s[key] for s in state.values()) for state in (before, after))
+    return f"    {label} {fmt(total0):>8} -> {fmt(total1):>8}"
 
 
 @dataclass
@@ -384,9 +399,9 @@ class Demo:
                 if seen.get(r["metadata"]["name"]) != now:
                     seen[r["metadata"]["name"]] = now
                     quiet_since = time.monotonic()
-                    print(f"    rollout {r['spec']['pool']:7} phase {now[0]:12} batch {now[1] + 1}/"
-                          f"{r['spec']['batchCount']}  {done}/{len(entries)} pods settled  {st.get('message', '')}",
-                          flush=True)
+                    print(f"    rollout {r['spec']['pool']:7} phase {now[0]:12} batch "
+                          f"{batch_progress(now[1], int(r['spec']['batchCount']))}  {done}/{len(entries)} pods "
+                          f"settled  {st.get('message', '')}", flush=True)
             settled = rollouts and all((r.get("status") or {}).get("phase") in ("Completed", "Halted", "RolledBack")
                                        for r in rollouts)
             if settled and time.monotonic() - quiet_since > (8 if self.args.fast else 30):
@@ -442,8 +457,8 @@ class Demo:
         print(f"    pods resized in place with a container restart (memory, RestartContainer): {restarted}")
         print(f"    pods replaced (in place impossible, evicted; replacement admitted at the target): {replaced}")
         print(f"    pods rolled back: {rolled_back}")
-        print(f"    CPU requested:    {cpu0:8.2f} cores -> {cpu1:8.2f} cores")
-        print(f"    memory requested: {gib0:8.2f} GiB   -> {gib1:8.2f} GiB")
+        print(requested_line(self.before, after, "cpu_m", "CPU requested:   "))
+        print(requested_line(self.before, after, "memory_b", "memory requested:"))
         print(f"    monthly cost (OpenCost default prices, 730 h): ${cost0:,.2f} -> ${cost1:,.2f}")
         return result
 

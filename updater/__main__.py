@@ -123,12 +123,15 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     return Wiring(executor=executor, api=api, reader=reader, store=store)
 
 
-def _changes(d: Any) -> str:
-    from podtailor.resources import quantities
+def _changes(d: Any, *, exact: bool) -> str:
+    """The pod's request changes, "app: cpu 250m→574m, memory 1Gi→1.2Gi": rounded for a person in the table,
+    the exact quantities (``exact``) in the JSON."""
+    from podtailor.resources import human_quantities, quantities
 
+    fmt = quantities if exact else human_quantities
     parts = []
     for c in d.changes:
-        old, new = quantities(c.old_requests), quantities(c.new_requests)
+        old, new = fmt(c.old_requests), fmt(c.new_requests)
         parts.append(f"{c.name}: " + ", ".join(f"{k} {old.get(k, '-')}→{new.get(k, '-')}" for k in sorted(new))
                      + (" (restart)" if c.restarts else ""))
     return "; ".join(parts)
@@ -149,7 +152,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         for b in p.batches],
             "decisions": [{"pod": d.key, "pool": d.pool, "workload": f"{d.workload_kind}/{d.workload_name}",
                            "action": d.action.value, "reason": d.reason.value, "message": d.message,
-                           "changes": _changes(d)} for d in p.decisions]} for policy, p in plans]}
+                           "changes": _changes(d, exact=True)} for d in p.decisions]} for policy, p in plans]}
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -163,7 +166,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for d in sorted(p.decisions, key=lambda d: (d.pool, batch_of.get(d.key, ("", 1 << 30))[1], d.key)):
             batch = batch_of.get(d.key)
             table.add_row(d.pool or "-", str(batch[1] + 1) if batch else "-", d.key, d.action.value,
-                          d.message or d.reason.value, _changes(d))
+                          d.message or d.reason.value, _changes(d, exact=False))
         console.print(table)
     return 0
 

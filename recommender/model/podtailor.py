@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from podtailor.resources import CurrentResources
-from podtailor.units import format_cpu, format_memory
+from podtailor.units import format_cpu, format_memory, human_memory
 from recommender.model.common import MIB, StrategyBase, fleet_from_sizes, lower_multiplier, upper_multiplier
 from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.podtailor_cpu_parts import CpuLimitRule
@@ -245,7 +245,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if not move_mem:
             if memory is not None and cur_mem and memory.target != cur_mem:
                 reasons.append(self._kept_reason("memory", _memory_text(memory.target),
-                                                 format_memory(req.memory_bytes or 0), memory.target / cur_mem,
+                                                 human_memory(req.memory_bytes or 0), memory.target / cur_mem,
                                                  prm.resize.memory_up_fraction, waited))
             memory = self._held(memory, cur_mem, None if lim.memory_bytes is None else float(lim.memory_bytes))
         return cpu, (memory, r_memory), tuple(reasons)

@@ -9,7 +9,7 @@ the pod's containers, in VPA's whole millicores and bytes. Numbers and rules fol
 (pkg/recommender/: model/aggregate_container_state.go ``AddSample``, model/container.go ``addCPUSample``,
 ``addMemorySample`` and ``RecordOOM``, logic/estimator.go, logic/recommender.go ``GetRecommendedPodResources``),
 and tests/integration/test_vpa_baseline.py holds them to the real recommender on the same history: 203 of 204
-values equal, the last a few bytes apart; what VPA does that we do not is in the README.
+values equal, the last a few bytes apart; what VPA does that we do not is in docs/vs-vpa.md.
 """
 
 from __future__ import annotations

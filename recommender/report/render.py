@@ -17,7 +17,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from podtailor.resources import Resources
+from podtailor.resources import Resources, human
+from podtailor.units import format_cpu, human_memory
 from recommender.report.document import rfc3339, to_document
 from recommender.report.pricing import format_money
 from recommender.report.types import ContainerReport, Cost, GroupSummary, Report, WorkloadReport
@@ -28,23 +29,15 @@ _DISRUPTION_STYLE = {"none": "dim", "in-place": "green", "in-place-restart": "ye
 
 
 def fmt_cpu(millicores: int | None) -> str:
-    if millicores is None:
-        return "-"
-    return f"{millicores // 1000}" if millicores % 1000 == 0 else f"{millicores}m"
+    return "-" if millicores is None else format_cpu(millicores)
 
 
 def fmt_memory(value: int | float | None) -> str:
-    if value is None:
-        return "-"
-    for suffix, unit in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if value >= unit:
-            amount = value / unit
-            return f"{amount:.0f}{suffix}" if amount == int(amount) else f"{amount:.1f}{suffix}"
-    return f"{value:.0f}"
+    return "-" if value is None else human_memory(value)
 
 
 def pair(res: Resources) -> str:
-    return f"{fmt_cpu(res.cpu_millicores)} / {fmt_memory(res.memory_bytes)}"
+    return human(res)
 
 
 def money(report: Report, micros: int, *, signed: bool = False) -> str:

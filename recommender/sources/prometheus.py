@@ -1,7 +1,9 @@
 """The Prometheus usage source: one history pass = a fixed handful of queries per namespace batch.
 
 Owns ``PrometheusSource``, the ``UsageSource`` for Prometheus and compatible servers (Thanos, Mimir,
-VictoriaMetrics). A pass over ``(start_s, end_s]`` (grid rule in ``grid``) sends:
+VictoriaMetrics): what a pass sends and in which order. The requests' forms and the decoding of their answers
+are in ``forms``, the pass's time parts and where their samples go in ``parts``, the wire in ``wire``. A pass
+over ``(start_s, end_s]`` (grid rule in ``grid``) sends:
 
 1. one ``series`` request listing the containers of all the namespaces (plans the batches, ``batching``);
 2. per scope (a namespace batch or a page of a big namespace): three instant owner queries
@@ -25,8 +27,8 @@ kill), with S = scopes and C = chunks (4 C with remote read, plus its probe once
 the number of workloads or pods. Without
 ``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill), every counter at every step.
 They go out in order, at most ``requests_in_flight`` at once (default 1:
-one at a time), each while the answer before it is decoded (``_Wire``), with the garbage collector paused
-for the pass (``_gc_paused``).
+one at a time), each while the answer before it is decoded (``wire.Wire``), with the garbage collector paused
+for the pass (``wire.gc_paused``).
 A range answer is decoded one series at a time (``Transport.decode_result``), so time chunks (C > 1) are only
 needed when a scope's series x steps exceed ``max_points_per_query``.
 OOM kills come from increases of cAdvisor's ``container_oom_events_total`` between steps, joined
@@ -40,21 +42,16 @@ is missed.) Per-pod series are pooled per workload container by ``samples.build_
 from __future__ import annotations
 
 import functools
-import gc
-import itertools
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import requests
 from prometheus_client import CollectorRegistry
 
-from recommender.model.types import ContainerKey, HistoryPlan, OomKill, Samples, UsageBatch
+from recommender.model.types import ContainerKey, HistoryPlan, OomKill, UsageBatch
 from recommender.sources import promql, remote_read
 from recommender.sources.batching import count_containers, plan_scopes
 from recommender.sources.config import PrometheusConfig, sized_in_flight
@@ -65,23 +62,23 @@ from recommender.sources.errors import (
     SourceError,
     TemporarySourceError,
 )
+from recommender.sources.forms import Forms, seconds_param
 from recommender.sources.grid import GridRange, aligned_range, chunks, split_grid
 from recommender.sources.owners import OwnerIndex
-from recommender.sources.raw_grid import Rows, combine, grid_ms, peaks, rates
+from recommender.sources.parts import MAX_SPLITS, Part, as_series, forget, halved, keep, raw_metrics, throttled_share
+from recommender.sources.raw_grid import Rows, peaks, rates
 from recommender.sources.samples import (
     PodKey,
     PodUsage,
     Series,
     build_batches,
     drop_invalid,
-    grid_times,
     oom_increments,
-    parse_matrix,
-    parse_vector_labels,
     value_at,
     with_summaries,
 )
-from recommender.sources.transport import Fetched, Form, SourceMetrics, Transport
+from recommender.sources.transport import Fetched, SourceMetrics, Transport
+from recommender.sources.wire import Job, Wire, gc_paused, interleaved
 
 __all__ = ["PrometheusConfig", "PrometheusSource"]
 
@@ -92,28 +89,6 @@ _OOM_SEEN_MARGIN_S = 3600.0
 """How far before the pass's first step (and its baseline step) the OOM-seen query also looks: more than any
 lookback delta a server uses (Prometheus's default is 5 minutes), so every raw sample the dense counter
 query could see at a step of the pass is inside it."""
-
-
-def _t(seconds: float) -> str:
-    return repr(float(seconds))
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a pass decodes its responses.
-
-    A range response decodes into about a million small lists and strings, each tracked by the collector, and
-    allocating them sets off collections that walk every tracked object again and again: two thirds of the
-    decoding time (measured on a 1,000-container pass: 1.6 s of CPU with the collector, 0.5 s without). The
-    decoded JSON holds no reference cycle and is freed by reference counting as soon as its arrays are built,
-    so nothing piles up while the collector waits; it is switched back on (if it was on) when the pass ends."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class PrometheusSource:
@@ -127,6 +102,7 @@ class PrometheusSource:
         """What the strategy weighs by age (``Strategy.history_plan``); the default reads all at the step."""
         self.metrics = SourceMetrics(registry)
         self._transport = Transport(config, self.metrics, session=session, sleep=sleep)
+        self._forms = Forms(config, self._transport)
         self._sized: int | None = None
         self._remote: bool | None = {"remote-read": True, "promql": False}.get(config.read_api)
 
@@ -198,14 +174,14 @@ class PrometheusSource:
         summarized: dict[PodKey, PodUsage] = {}
         dropped: Counter[str] = Counter()
         in_flight = self._in_flight()
-        with _gc_paused(), ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="prometheus-fetch") as pool:
-            wire = _Wire(self._transport, pool, in_flight)
+        with gc_paused(), ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="prometheus-fetch") as pool:
+            wire = Wire(self._transport, pool, in_flight)
             scopes, listed = self._plan(wire, names, grid)
             points = self._chunk_points(scopes, listed)
-            parts = [] if coarse is None else [_Part(c, coarse.step_s, summarized) for c in chunks(coarse, points)]
+            parts = [] if coarse is None else [Part(c, coarse.step_s, summarized) for c in chunks(coarse, points)]
             if fine is not None:
                 raw = bool(scopes) and self._remote_read(names[0], fine.last_s)
-                parts += [_Part(c, self.config.cpu_rate_window_s, usage, raw)
+                parts += [Part(c, self.config.cpu_rate_window_s, usage, raw)
                           for c in chunks(fine, self._chunk_points(scopes, listed, raw=raw))]
             owners, failed, error = self._read_scopes(wire, scopes, grid, parts, dropped)
         if error is not None and failed >= set(names):
@@ -231,7 +207,7 @@ class PrometheusSource:
                                      status=error.status)
         return batches
 
-    def _read_scopes(self, wire: _Wire, scopes: list[promql.Scope], grid: GridRange, parts: list[_Part],
+    def _read_scopes(self, wire: Wire, scopes: list[promql.Scope], grid: GridRange, parts: list[Part],
                      dropped: Counter[str]) -> tuple[OwnerIndex, set[str], SourceError | None]:
         """Reads every scope; a scope still failing after retries (or too big for the backend in the smallest
         pieces) marks its namespaces failed and the pass goes on with the others (their data stays usable).
@@ -253,32 +229,6 @@ class PrometheusSource:
             owners = owners.merged(scope_owners)
         return owners, failed, first_error
 
-    # ------------------------------------------------------------------------------------------ requests
-    def _form(self, endpoint: str, form: list[tuple[str, str]]) -> tuple[str, Form]:
-        """``form`` plus ``partial_response=false``: Thanos Query (``--query.partial-response``, its default)
-        answers a query one of whose stores failed with the rest of the data and a warning; this makes it
-        fail instead (pkg/api/query/v1.go, ``parsePartialResponseParam``), so a store outage is a source
-        error (targets kept, VPAs stale), never targets from part of the history. Others ignore it."""
-        form = [*form, ("partial_response", "false")]
-        return endpoint, [*form, ("timeout", f"{self.config.timeout_s:g}s")] if endpoint != "series" else form
-
-    def _range_form(self, query: str, chunk: GridRange, first_s: float | None = None) -> tuple[str, Form]:
-        return self._form("query_range", [
-            ("query", query), ("start", _t(chunk.first_s if first_s is None else first_s)),
-            ("end", _t(chunk.last_s)), ("step", _t(chunk.step_s))])
-
-    def _matrix(self, fetched: Fetched, grid: GridRange) -> list[Series]:
-        try:
-            return parse_matrix(self._transport.decode_result(fetched, "matrix"), grid)
-        except ValueError as err:
-            raise PermanentSourceError(f"malformed matrix: {err}", endpoint="query_range") from err
-
-    def _labels(self, fetched: Fetched) -> list[dict[str, str]]:
-        try:
-            return parse_vector_labels(list(self._transport.decode_result(fetched, "vector")))
-        except ValueError as err:
-            raise PermanentSourceError(f"malformed vector: {err}", endpoint="query") from err
-
     # ------------------------------------------------------------------------------------------- a pass
     def _chunk_points(self, scopes: list[promql.Scope], listed: set[PodKey], *, raw: bool = False) -> int:
         """Grid points per query: small enough that the biggest scope's series x points stays under
@@ -292,12 +242,13 @@ class PrometheusSource:
             return max(1, int(budget / max(1.0, self.config.step_s / self.config.scrape_interval_s)))
         return max(1, min(self.config.max_points_per_series - 1, budget))
 
-    def _plan(self, wire: _Wire, names: tuple[str, ...], grid: GridRange,
+    def _plan(self, wire: Wire, names: tuple[str, ...], grid: GridRange,
               ) -> tuple[list[promql.Scope], set[PodKey]]:
         everything = promql.Scope(namespaces=names, cluster=self.config.cluster)
         form = [("match[]", m) for m in promql.series_matchers(everything)]
-        form += [("start", _t(grid.first_s - self.config.cpu_rate_window_s)), ("end", _t(grid.last_s))]
-        data = self._transport.decode(wire.now(*self._form("series", form)))
+        form += [("start", seconds_param(grid.first_s - self.config.cpu_rate_window_s)),
+                 ("end", seconds_param(grid.last_s))]
+        data = self._transport.decode(wire.now(*self._forms.form("series", form)))
         if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise PermanentSourceError("malformed series list", endpoint="series")
         label_sets = [{str(k): str(v) for k, v in d.items()} for d in data]
@@ -305,141 +256,95 @@ class PrometheusSource:
         return plan_scopes(count_containers(label_sets), self.config.max_series_per_query,
                            self.config.cluster), listed
 
-    def _read_scope(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[_Part],
+    def _read_scope(self, wire: Wire, scope: promql.Scope, grid: GridRange, parts: list[Part],
                     dropped: Counter[str]) -> OwnerIndex:
         """The scope's three owner queries (and, with sparse signals, the query for containers whose OOM
         counter is above zero), then three range queries or four remote reads per chunk, each sent while the
         answer before it is decoded; then the OOM counters of the containers that can show an OOM kill, and the
         follow-ups (``_record_ooms``) for chunks in which one was seen.
 
-        The usage requests alternate between the two kinds where there are both (``_interleaved``): a remote
+        The usage requests alternate between the two kinds where there are both (``interleaved``): a remote
         read costs Prometheus little and its decoding costs us more, a summary range query the other way round,
         so while one side works on an answer the other works on the next."""
         sparse = self.config.sparse_signals
         range_s = grid.last_s - grid.first_s + grid.step_s + self.config.cpu_rate_window_s
-        at = [("time", _t(grid.last_s))]
+        at = [("time", seconds_param(grid.last_s))]
         instant = [promql.pod_owner_query(scope, range_s), promql.replicaset_owner_query(scope, range_s),
                    promql.job_owner_query(scope, range_s)]
         if sparse:
             instant.append(promql.oom_seen_query(scope, grid.last_s - grid.first_s + grid.step_s + _OOM_SEEN_MARGIN_S))
         raw_rows: dict[int, list[dict[PodKey, Rows]]] = {}
-        jobs: list[list[_Job]] = []
+        jobs: list[list[Job]] = []
         for index, part in enumerate(parts):
             if part.raw:
                 rows = raw_rows.setdefault(index, [])
-                part_jobs = [_Job(self._read_form(scope, metric, part.chunk, window),
+                part_jobs = [Job(self._forms.read_form(scope, metric, part.chunk, window),
                                   functools.partial(self._raw_answer, part=part, rows=rows, per_step=per_step,
                                                     window_s=window))
-                             for (metric, window), per_step in zip(self._raw_metrics(part),
+                             for (metric, window), per_step in zip(raw_metrics(part),
                                                                    (rates, peaks, rates, rates), strict=True)]
             else:
-                part_jobs = [_Job(self._range_form(query, part.chunk),
+                part_jobs = [Job(self._forms.range_form(query, part.chunk),
                                   functools.partial(self._range_answer, part=part, name=name, dropped=dropped))
                              for name, query in (("cpu", promql.cpu_query(scope, part.window_s)),
                                                  ("memory", promql.memory_peak_query(scope, part.chunk.step_s)),
                                                  ("throttle", promql.throttle_query(scope, part.window_s,
                                                                                     sparse=sparse)))]
             if not sparse:
-                part_jobs.append(_Job(self._oom_form(scope, part.chunk),
+                part_jobs.append(Job(self._forms.oom_form(scope, part.chunk),
                                       functools.partial(self._read_ooms, wire, scope, part, only=None,
                                                         dropped=dropped)))
             jobs.append(part_jobs)
-        usage_jobs = _interleaved([j for p, j in zip(parts, jobs, strict=True) if p.raw],
+        usage_jobs = interleaved([j for p, j in zip(parts, jobs, strict=True) if p.raw],
                                   [j for p, j in zip(parts, jobs, strict=True) if not p.raw])
-        answers = wire.ahead([self._form("query", [("query", q), *at]) for q in instant]
+        answers = wire.ahead([self._forms.form("query", [("query", q), *at]) for q in instant]
                              + [job.request for job in usage_jobs])
-        owners = OwnerIndex.from_rows(self._labels(next(answers)), self._labels(next(answers)),
-                                      self._labels(next(answers)))
-        seen = self._oom_seen(next(answers)) if sparse else None
+        owners = OwnerIndex.from_rows(self._forms.labels(next(answers)), self._forms.labels(next(answers)),
+                                      self._forms.labels(next(answers)))
+        seen = self._forms.oom_seen(next(answers)) if sparse else None
         for job in usage_jobs:
             job.handle(next(answers))
         for index, rows in raw_rows.items():
             cpu, memory, throttled, periods = rows
             part = parts[index]
-            for name, per_key in (("cpu", cpu), ("memory", memory), ("throttle", _throttled(throttled, periods,
-                                                                                            sparse))):
-                self._keep(_series(per_key, part.chunk), part, name, dropped)
+            share = throttled_share(throttled, periods, sparse)
+            for name, per_key in (("cpu", cpu), ("memory", memory), ("throttle", share)):
+                keep(as_series(per_key, part.chunk), part, name, dropped)
         if seen:
             narrow = promql.Scope(namespaces=tuple(sorted({k[0] for k in seen})),
                                   pods=tuple(sorted({k[1] for k in seen})), cluster=scope.cluster)
-            answers = wire.ahead([self._oom_form(narrow, p.chunk) for p in parts])
+            answers = wire.ahead([self._forms.oom_form(narrow, p.chunk) for p in parts])
             for part, fetched in zip(parts, answers, strict=True):
                 self._read_ooms(wire, narrow, part, fetched, seen, dropped)
         return owners
 
-    def _read_scope_fitting(self, wire: _Wire, scope: promql.Scope, grid: GridRange, parts: list[_Part],
+    def _read_scope_fitting(self, wire: Wire, scope: promql.Scope, grid: GridRange, parts: list[Part],
                             dropped: Counter[str]) -> OwnerIndex:
         """``_read_scope``, again in time chunks of half the length each time the backend answers that a range
         query is too big (``QueryTooLargeError``: ``--query.max-samples`` or ``--query.timeout``), at most
-        ``_MAX_SPLITS`` times; what the refused attempt had read of the scope is dropped first, so nothing is
+        ``MAX_SPLITS`` times; what the refused attempt had read of the scope is dropped first, so nothing is
         counted twice."""
-        for splits in range(_MAX_SPLITS + 1):
+        for splits in range(MAX_SPLITS + 1):
             try:
                 return self._read_scope(wire, scope, grid, parts, dropped)
             except QueryTooLargeError as err:
-                smaller = _halved(parts)
-                if err.endpoint not in ("query_range", "read") or splits == _MAX_SPLITS or len(smaller) == len(parts):
+                smaller = halved(parts)
+                if err.endpoint not in ("query_range", "read") or splits == MAX_SPLITS or len(smaller) == len(parts):
                     raise
-                _forget(scope, parts)
+                forget(scope, parts)
                 log.warning("query too big for the backend; reading the scope again in shorter time chunks",
                             extra={"namespaces": len(scope.namespaces), "chunks": len(smaller), "error": str(err)})
                 parts = smaller
         raise AssertionError("unreachable")
 
-    def _raw_answer(self, fetched: Fetched, *, part: _Part, rows: list[dict[PodKey, Rows]],
+    def _raw_answer(self, fetched: Fetched, *, part: Part, rows: list[dict[PodKey, Rows]],
                     per_step: Callable[..., Rows], window_s: float) -> None:
-        rows.append(self._from_raw(fetched, part, per_step, window_s))
+        rows.append(self._forms.from_raw(fetched, part.chunk, per_step, window_s))
 
-    def _range_answer(self, fetched: Fetched, *, part: _Part, name: str, dropped: Counter[str]) -> None:
-        self._keep(self._matrix(fetched, part.chunk), part, name, dropped)
+    def _range_answer(self, fetched: Fetched, *, part: Part, name: str, dropped: Counter[str]) -> None:
+        keep(self._forms.matrix(fetched, part.chunk), part, name, dropped)
 
-    @staticmethod
-    def _keep(found: list[Series], part: _Part, field_name: str, dropped: Counter[str]) -> None:
-        """A part's series of one field, without invalid samples (counted in ``dropped``), into its usage."""
-        for series in found:
-            clean = drop_invalid(series, dropped)
-            if len(clean.values):
-                getattr(part.usage.setdefault(clean.pod_key, PodUsage()), field_name).append(
-                    Samples(timestamps_s=clean.timestamps_s, values=clean.values))
-
-    def _read_form(self, scope: promql.Scope, metric: str, chunk: GridRange, window_s: float) -> tuple[str, bytes]:
-        """A remote read of ``metric``'s stored samples that the range query's selectors would see at the
-        chunk's grid times: from the first time's window start to the last time."""
-        first_ms = round(chunk.first_s * 1000) - round(window_s * 1000)
-        body = remote_read.request_body([(promql.remote_matchers(metric, scope), first_ms, round(chunk.last_s * 1000))])
-        return "read", body
-
-    @staticmethod
-    def _raw_metrics(part: _Part) -> list[tuple[str, float]]:
-        """What a raw part reads, with the window each metric's range selector spans: the CPU counter (the
-        rate window), the working set (one step, less a millisecond: ``promql.memory_peak_query``), and the
-        two CFS counters of the throttled fraction (the rate window)."""
-        return [("container_cpu_usage_seconds_total", part.window_s),
-                ("container_memory_working_set_bytes", part.chunk.step_s - 0.001),
-                ("container_cpu_cfs_throttled_periods_total", part.window_s),
-                ("container_cpu_cfs_periods_total", part.window_s)]
-
-    def _from_raw(self, fetched: Fetched, part: _Part, per_step: Callable[..., Rows],
-                  window_s: float) -> dict[PodKey, Rows]:
-        """What a range query of ``per_step`` (``rates`` or ``peaks``) over ``window_s`` would have answered at
-        the part's grid times, from a remote read's stored samples (``raw_grid``), taken ``max by (namespace,
-        pod, container)``: one row per container over the whole grid."""
-        answers = self._transport.decode_read(fetched)
-        if len(answers) != 1:
-            raise PermanentSourceError("remote-read answer without exactly one query result", endpoint="read")
-        rows = per_step(answers[0], grid_ms(part.chunk), round(window_s * 1000))
-        keys: list[PodKey] = [(s.labels.get("namespace", ""), s.labels.get("pod", ""), s.labels.get("container", ""))
-                               for s in answers[0]]
-        return combine(rows, keys)
-
-    def _oom_form(self, scope: promql.Scope, chunk: GridRange) -> tuple[str, Form]:
-        return self._range_form(promql.oom_events_query(scope), chunk, first_s=chunk.first_s - chunk.step_s)
-
-    def _oom_seen(self, fetched: Fetched) -> set[PodKey]:
-        """The containers of an ``oom_seen_query`` answer."""
-        return {(d.get("namespace", ""), d.get("pod", ""), d.get("container", "")) for d in self._labels(fetched)}
-
-    def _read_ooms(self, wire: _Wire, scope: promql.Scope, part: _Part, fetched: Fetched,
+    def _read_ooms(self, wire: Wire, scope: promql.Scope, part: Part, fetched: Fetched,
                    only: set[PodKey] | None, dropped: Counter[str]) -> None:
         """The OOM kills of one chunk's counter answer (of ``only`` those containers, when given: the narrowed
         query's pod and namespace matchers can also match a pod of another scope)."""
@@ -447,7 +352,7 @@ class PrometheusSource:
         baseline_s = chunk.first_s - chunk.step_s
         events: dict[PodKey, list[tuple[float, int]]] = {}
         with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
-        for series in self._matrix(fetched, with_baseline):
+        for series in self._forms.matrix(fetched, with_baseline):
             if only is not None and series.pod_key not in only:
                 continue
             found = oom_increments(drop_invalid(series, dropped), baseline_s)
@@ -456,12 +361,13 @@ class PrometheusSource:
         if events:
             self._record_ooms(wire, scope, chunk, events, part.usage, dropped)
 
-    def _record_ooms(self, wire: _Wire, scope: promql.Scope, chunk: GridRange,
+    def _record_ooms(self, wire: Wire, scope: promql.Scope, chunk: GridRange,
                      events: dict[PodKey, list[tuple[float, int]]], usage: dict[PodKey, PodUsage],
                      dropped: Counter[str]) -> None:
         resources: dict[str, dict[PodKey, Series]] = {}
         for kind in ("limits", "requests"):
-            series = self._matrix(wire.now(*self._range_form(promql.memory_resource_query(scope, kind), chunk)), chunk)
+            query = promql.memory_resource_query(scope, kind)
+            series = self._forms.matrix(wire.now(*self._forms.range_form(query, chunk)), chunk)
             resources[kind] = {s.pod_key: drop_invalid(s, dropped) for s in series}
         for key, found in events.items():
             for t, count in found:
@@ -489,111 +395,3 @@ class PrometheusSource:
                      extra={"pods": len(orphans), "reason": "no kube_pod_owner series in the window"})
 
 
-@dataclass(frozen=True, slots=True)
-class _Part:
-    """One time chunk of a pass: its grid, the CPU rate window its queries use, and where its samples go
-    (the full-resolution usage or the summaries')."""
-
-    chunk: GridRange
-    window_s: float
-    usage: dict[PodKey, PodUsage]
-    raw: bool = False
-    """CPU and memory come from a remote read of the stored samples (``raw_grid``), not from range queries."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    """One usage request of a pass and what to do with its answer."""
-
-    request: tuple[str, Form | bytes]
-    handle: Callable[[Fetched], None]
-
-
-def _interleaved(raw: list[list[_Job]], ranged: list[list[_Job]]) -> list[_Job]:
-    """The jobs of the remote-read parts and of the range-query parts taken in turn, one of each kind at a
-    time, each kind in its own order (a part's answers are handled in the order asked)."""
-    a = [job for part in raw for job in part]
-    b = [job for part in ranged for job in part]
-    out = [job for pair in itertools.zip_longest(a, b) for job in pair if job is not None]
-    return out
-
-
-def _throttled(throttled: dict[PodKey, Rows], periods: dict[PodKey, Rows], sparse: bool) -> dict[PodKey, Rows]:
-    """``promql.throttle_query`` from the two counters' per-container rates: throttled over periods where both
-    are present and the periods' rate is above zero (``> 0`` keeps only such samples), and with ``sparse``
-    only where the quotient is above zero too."""
-    out = {}
-    for key, thr in throttled.items():
-        per = periods.get(key)
-        if per is None:
-            continue
-        present = thr.present & per.present & (per.values > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(present, thr.values / per.values, np.nan)
-        if sparse:
-            present &= ratio > 0
-        out[key] = Rows(ratio, present)
-    return out
-
-
-def _series(per_key: dict[PodKey, Rows], grid: GridRange) -> list[Series]:
-    """Each container's row as the series a range answer holds: its times with a value (none: no series)."""
-    times = grid_times(grid)
-    out = []
-    for (namespace, pod, container), row in per_key.items():
-        have = row.present
-        if not have.any():
-            continue
-        out.append(Series(labels={"namespace": namespace, "pod": pod, "container": container},
-                          timestamps_s=times if have.all() else times[have], values=row.values[have]))
-    return out
-
-
-_MAX_SPLITS = 6
-"""Halvings of a scope's time chunks after "too big" answers: up to 64 times as many, shorter queries."""
-
-
-def _halved(parts: list[_Part]) -> list[_Part]:
-    """Each part of two grid points or more as two parts of half its length (same window, same sink)."""
-    return [_Part(c, p.window_s, p.usage, p.raw) for p in parts
-            for c in chunks(p.chunk, max(1, (p.chunk.points + 1) // 2))]
-
-
-def _forget(scope: promql.Scope, parts: list[_Part]) -> None:
-    """Drop what a failed attempt read of ``scope`` (its namespaces and, for a page, its pods)."""
-    for usage in {id(p.usage): p.usage for p in parts}.values():
-        for key in [k for k in usage if k[0] in scope.namespaces and (not scope.pods or k[1] in scope.pods)]:
-            del usage[key]
-
-
-class _Wire:
-    """A pass's requests on ``in_flight`` worker threads, so that the pass decodes an answer while the backend
-    computes the next ones. Answers come back in the order asked; at ``in_flight`` 1 the queries never run
-    two at once."""
-
-    def __init__(self, transport: Transport, pool: ThreadPoolExecutor, in_flight: int = 1) -> None:
-        self._transport = transport
-        self._pool = pool
-        self._in_flight = in_flight
-
-    def now(self, endpoint: str, form: Form | bytes) -> Fetched:
-        """One request, beside (at ``in_flight`` 1: after) the ones in flight; waits for its answer."""
-        return self._pool.submit(self._transport.fetch, endpoint, form).result()
-
-    def ahead(self, todo: Sequence[tuple[str, Form | bytes]]) -> Iterator[Fetched]:
-        """The answers to ``todo`` in order. Up to ``in_flight`` requests are out at once; the next goes out
-        when the oldest has succeeded, so while the caller decodes answer i, request i + ``in_flight`` is on
-        its way. After a failure (raised when the caller asks for that answer) nothing more of ``todo`` is
-        sent beyond the ``in_flight`` - 1 already out."""
-        rest = iter(todo)
-        out: deque[Future[Fetched]] = deque()
-
-        def fill() -> None:
-            while len(out) < self._in_flight and (item := next(rest, None)) is not None:
-                out.append(self._pool.submit(self._transport.fetch, *item))
-
-        fill()
-        while out:
-            answer = out.popleft().result()
-            fill()
-            yield answer

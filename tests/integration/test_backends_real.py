@@ -15,7 +15,7 @@ VictoriaMetrics' ``rate`` differs from Prometheus's only in windows that samples
 (a series' first steps and those after its last sample), Thanos' Prometheus 3 engine in windows with a
 sample exactly on their start (all of them, with this grid-aligned history); ``max_over_time`` over
 ``step - 1 ms`` holds the same raw samples in all three. The sample-level differences are asserted in
-``test_rate_differs_only_where_samples_do_not_cover_the_window``; the README's "Other backends" states them.
+``test_rate_differs_only_where_samples_do_not_cover_the_window``; docs/recommender.md's "Other backends" states them.
 """
 
 from __future__ import annotations

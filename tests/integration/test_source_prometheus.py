@@ -491,8 +491,8 @@ def test_hostile_namespace_selects_only_itself(world: World) -> None:
     raw = _source(world.url)
     for namespaces in ([hostile], [hostile, ".*", "src-.*"]):
         scope = promql.Scope(namespaces=tuple(namespaces))
-        form = raw._read_form(scope, "container_cpu_usage_seconds_total",
-                              GridRange(first_s=world.now_s - 3600, last_s=world.now_s, step_s=STEP_S), STEP_S)
+        form = raw._forms.read_form(scope, "container_cpu_usage_seconds_total",
+                                    GridRange(first_s=world.now_s - 3600, last_s=world.now_s, step_s=STEP_S), STEP_S)
         assert raw._transport.decode_read(raw._transport.fetch(*form)) == [[]]
 
 

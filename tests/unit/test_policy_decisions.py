@@ -134,7 +134,7 @@ def test_above_node_allocatable_falls_back() -> None:
     # node allocatable 1000m; target 1500m for the only container -> 1500m > 1000m.
     d = decide_one(t=wtarget(ctarget(cpu=1500)), nodes=[node(cpu=1000)])
     assert (d.action, d.reason) == (Action.FALLBACK, Reason.ABOVE_NODE)
-    assert "1500 > node n1 allocatable 1000" in d.message
+    assert "cpu requests 1500m > node n1 allocatable 1" in d.message
 
 
 def test_best_effort_pods_are_left_alone() -> None:

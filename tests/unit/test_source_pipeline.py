@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from recommender.sources.errors import TemporarySourceError
-from recommender.sources.prometheus import _gc_paused, _Wire
 from recommender.sources.transport import Fetched, Form, Transport
+from recommender.sources.wire import Wire, gc_paused
 
 
 class FakeTransport:
@@ -48,9 +48,9 @@ def _wait_for(predicate: object, timeout_s: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def _wire(fake: FakeTransport, pool: ThreadPoolExecutor, in_flight: int = 1) -> _Wire:
+def _wire(fake: FakeTransport, pool: ThreadPoolExecutor, in_flight: int = 1) -> Wire:
     transport: Transport = fake  # type: ignore[assignment]
-    return _Wire(transport, pool, in_flight)
+    return Wire(transport, pool, in_flight)
 
 
 def test_the_next_request_is_on_the_wire_while_an_answer_is_decoded_and_only_one() -> None:
@@ -121,13 +121,13 @@ def test_requests_in_flight_is_checked() -> None:
 
 def test_the_collector_is_paused_only_inside_a_pass_and_restored_after_an_error() -> None:
     assert gc.isenabled()
-    with pytest.raises(RuntimeError), _gc_paused():
+    with pytest.raises(RuntimeError), gc_paused():
         assert not gc.isenabled()
         raise RuntimeError("a failed pass")
     assert gc.isenabled()
     gc.disable()  # an application that runs with the collector off keeps it off
     try:
-        with _gc_paused():
+        with gc_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:

@@ -30,7 +30,7 @@ from podtailor.resize import changes as ch
 from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
 from podtailor.resize.boost import BoostRecord, read_annotation
 from podtailor.resize.types import ContainerChange, LimitRangeView, PodRestartPolicy, QoS, Reason
-from podtailor.resources import Resources
+from podtailor.resources import Resources, human_amount
 from updater.answers import PendingReason, ServerFeatures, above_allocatable_answer
 from updater.policy.types import Action, FallbackMode, NodeView, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
@@ -303,7 +303,8 @@ def _above_node(node: NodeView, proposal: Proposal) -> str | None:
     for name in ch.RESOURCES:
         want, have = ch.get(totals, name), ch.get(node.allocatable, name)
         if want is not None and have is not None and want > have:
-            return f"{name} requests {want} > node {node.name} allocatable {have}"
+            return (f"{name} requests {human_amount(name, want)} > node {node.name} allocatable "
+                    f"{human_amount(name, have)}")
     return None
 
 

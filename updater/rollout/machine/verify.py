@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from podtailor.resources import Resources
-from podtailor.units import format_cpu, format_memory
+from podtailor.units import format_cpu, human_memory
 from updater.answers import PendingReason
 from updater.observe import PodObservation
 from updater.rollout.machine.effects import (
@@ -118,7 +118,7 @@ def _change_text(entry: Entry) -> str:
         old = before.get(c.name, Resources())
         changes = [f"{name} {'unset' if a is None else fmt(a)} -> {fmt(b)}"
                    for name, fmt, a, b in (("cpu", format_cpu, old.cpu_millicores, c.requests.cpu_millicores),
-                                           ("memory", format_memory, old.memory_bytes, c.requests.memory_bytes))
+                                           ("memory", human_memory, old.memory_bytes, c.requests.memory_bytes))
                    if b is not None and a != b]
         if changes:
             parts.append(f"{c.name}: {', '.join(changes)}")
