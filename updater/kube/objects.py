@@ -1,6 +1,6 @@
 """Nodes, VPAs, HPAs and LimitRanges as the planner's values: one raw API dict in, one frozen value out.
 
-Owns the conversions the snapshot needs besides pods: a Node into ``NodeView`` (pool from a label key,
+Owns the conversions the snapshot needs besides pods: a Node into ``NodeView`` (pool by ``podtailor.nodepool``,
 Ready and MemoryPressure from its conditions, allocatable, cordoned); a VerticalPodAutoscaler into
 ``WorkloadTarget`` (``status.recommendation.containerRecommendations`` target and bounds joined with
 ``spec.resourcePolicy.containerPolicies``, the "*" policy as default; stale when our recommender's
@@ -16,26 +16,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from podtailor.kube.fields import hpa_target
+from podtailor.nodepool import node_pool
 from podtailor.resize.boost import BoostError, CpuBoost, parse_boost
 from podtailor.resize.changes import limit_ranges_by_namespace
 from podtailor.resize.types import ContainerTarget, LimitRangeView
 from updater.kube.fields import MalformedObject, Obj, condition_true, resources, string_map
 from updater.policy.types import HpaView, NodeView, WorkloadTarget
 
-POOL_LABEL_KEYS = (
-    "karpenter.sh/nodepool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
-    "kubernetes.azure.com/agentpool", "agentpool", "podtailor.io/node-pool", "node.kubernetes.io/instance-type",
-)
-"""Tried in this order when the policy names no pool label; the instance type is the last resort."""
 UPDATE_MODES = frozenset({"Off", "Initial", "Recreate", "InPlaceOrRecreate", "InPlace", "Auto"})
-
-
-def node_pool(labels: Mapping[str, str], key: str | None) -> str:
-    """The pool of a node: the value of ``key`` when one is given (and "" when the node lacks it), else the
-    value of the first of POOL_LABEL_KEYS the node has, else ""."""
-    if key:
-        return labels.get(key, "")
-    return next((labels[k] for k in POOL_LABEL_KEYS if labels.get(k)), "")
 
 
 def convert_node(obj: Obj, pool_label: str | None) -> NodeView:
@@ -132,5 +120,4 @@ def merge_by_namespace(views: Iterable[LimitRangeView]) -> tuple[LimitRangeView,
                  != (empty.min, empty.max, None, None))
 
 
-__all__ = ["POOL_LABEL_KEYS", "convert_hpa", "convert_node", "convert_vpa",
-           "merge_by_namespace", "node_pool"]
+__all__ = ["convert_hpa", "convert_node", "convert_vpa", "merge_by_namespace"]
