@@ -23,7 +23,7 @@ from podtailor.units import (
     parse_cpu_millicores,
     parse_memory_bytes,
 )
-from recommender.kube.vpa_objects import VpaConfigError, VpaSpec, parse_vpa
+from podtailor.vpa import Vpa, VpaConfigError, parse_vpa
 from updater.kube.policy_crd import PolicyError, parse_policy
 from updater.policy.types import RolloutPolicy
 
@@ -103,7 +103,7 @@ def test_vpa_specs_parse_or_raise_vpa_config_error(obj: dict[str, Any]) -> None:
         spec = parse_vpa(obj)
     except VpaConfigError:
         return
-    assert isinstance(spec, VpaSpec)
+    assert isinstance(spec, Vpa)
     for policy in spec.policies.values():
         for low, high in ((policy.min_allowed.cpu_millicores, policy.max_allowed.cpu_millicores),
                           (policy.min_allowed.memory_bytes, policy.max_allowed.memory_bytes)):
