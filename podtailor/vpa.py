@@ -225,6 +225,16 @@ def _parse_vpa(obj: Mapping[str, Any]) -> Vpa:
                annotations=dict(annotations) if isinstance(annotations, Mapping) else {})
 
 
+def target_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, kind, name) of the VPA's target workload, read leniently ("" parts when absent or unreadable),
+    so that even a VPA that cannot be parsed is known by the workload it targets."""
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    ref = spec.get("targetRef") if isinstance(spec, Mapping) else None
+    ref = ref if isinstance(ref, Mapping) else {}
+    return (str(meta.get("namespace", "")) if isinstance(meta, Mapping) else "", str(ref.get("kind", "")),
+            str(ref.get("name", "")))
+
+
 def parse_recommendation(raw: object, where: str) -> RecommendedContainerResources:
     """One ``containerRecommendations`` entry; raises VpaConfigError naming ``where``."""
     name = raw.get("containerName") if isinstance(raw, Mapping) else None
@@ -242,8 +252,8 @@ def parse_recommendation(raw: object, where: str) -> RecommendedContainerResourc
 
 def parse_status(obj: Mapping[str, Any]) -> VpaStatus:
     """A VPA API object's ``status`` as a ``VpaStatus``; raises VpaConfigError on an entry it cannot read."""
-    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    where = f"VPA {meta.get('namespace')}/{meta.get('name')}"
+    status = obj.get("status") or {}
+    where = "status.recommendation"
     entries = (status.get("recommendation") or {}).get("containerRecommendations") or ()
     recs = (parse_recommendation(raw, where) for raw in entries)
     stale = any(isinstance(c, Mapping) and c.get("type") == STALE_CONDITION and c.get("status") == "True"

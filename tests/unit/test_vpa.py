@@ -168,7 +168,7 @@ def test_the_status_is_read_with_absent_bounds_as_none() -> None:
 
 @pytest.mark.parametrize(("entry", "message"), [
     ({"target": {"cpu": "1"}}, "a container recommendation without containerName"),
-    ({"containerName": "app", "target": {"cpu": "lots"}}, r"VPA ns/v container app\.target\.cpu"),
+    ({"containerName": "app", "target": {"cpu": "lots"}}, r"status\.recommendation container app\.target\.cpu"),
     ({"containerName": "app", "target": {}, "lowerBound": ["1"]}, r"container app\.lowerBound must be a map"),
 ])
 def test_an_unreadable_recommendation_is_a_config_error(entry: dict[str, Any], message: str) -> None:
