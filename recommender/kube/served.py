@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podtailor.vpa import TargetRef, UpdateMode, Vpa, VpaConfigError, parse_vpa
+from podtailor.vpa import TargetRef, Vpa, VpaConfigError, parse_vpa
 from recommender.model.podtailor_state import RISK_MAX, RISK_MIN, check_risk
 from recommender.model.types import ContainerPolicy
 
@@ -87,10 +87,6 @@ class VpaSpec:
         return self.vpa.target
 
     @property
-    def update_mode(self) -> UpdateMode:
-        return self.vpa.update_mode
-
-    @property
     def recommenders(self) -> tuple[str, ...]:
         return self.vpa.recommenders
 
@@ -107,7 +103,7 @@ class VpaSpec:
                                containers_in_pod=containers_in_pod)
 
 
-def risk_annotation(annotations: Any) -> tuple[float | None, str | None]:
+def risk_annotation(annotations: object) -> tuple[float | None, str | None]:
     """The ``podtailor.io/risk`` annotation as (risk, None), (None, why it cannot be used), or (None, None) when
     absent. Only a plain decimal number ("2", "0.5", ".25") within [RISK_MIN, RISK_MAX] is used: no sign,
     exponent, underscores, "nan" or "inf" (Python's ``float`` would take several of them)."""
