@@ -190,6 +190,10 @@ def _policy(raw: Mapping[str, Any], where: str) -> tuple[str, ContainerResourceP
         raise VpaConfigError(f"{where}: {err}") from None
 
 
+_SHAPE_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+"""What reading an odd shape raises (a list where a map belongs, a missing key); reported as VpaConfigError."""
+
+
 def parse_vpa(obj: Mapping[str, Any]) -> Vpa:
     """A VPA API object's metadata and spec as a ``Vpa``; raises VpaConfigError, and only that, when they
     cannot be used (the schema should keep odd shapes out, but one bad object must never stop the others)."""
@@ -197,7 +201,7 @@ def parse_vpa(obj: Mapping[str, Any]) -> Vpa:
         return _parse_vpa(obj)
     except VpaConfigError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
+    except _SHAPE_ERRORS as err:
         raise VpaConfigError(f"malformed VPA object: {type(err).__name__}: {str(err)[:200]}") from None
 
 
@@ -251,7 +255,17 @@ def parse_recommendation(raw: object, where: str) -> RecommendedContainerResourc
 
 
 def parse_status(obj: Mapping[str, Any]) -> VpaStatus:
-    """A VPA API object's ``status`` as a ``VpaStatus``; raises VpaConfigError on an entry it cannot read."""
+    """A VPA API object's ``status`` as a ``VpaStatus``; raises VpaConfigError, and only that, on content it
+    cannot read."""
+    try:
+        return _parse_status(obj)
+    except VpaConfigError:
+        raise
+    except _SHAPE_ERRORS as err:
+        raise VpaConfigError(f"malformed VPA status: {type(err).__name__}: {str(err)[:200]}") from None
+
+
+def _parse_status(obj: Mapping[str, Any]) -> VpaStatus:
     status = obj.get("status") or {}
     where = "status.recommendation"
     entries = (status.get("recommendation") or {}).get("containerRecommendations") or ()

@@ -176,6 +176,13 @@ def test_an_unreadable_recommendation_is_a_config_error(entry: dict[str, Any], m
         parse_status(status(entry))
 
 
+def test_a_status_of_the_wrong_shape_is_a_config_error() -> None:
+    obj = vpa()
+    obj["status"] = {"recommendation": ["app"]}
+    with pytest.raises(VpaConfigError, match="malformed VPA status: AttributeError"):
+        parse_status(obj)
+
+
 def test_the_entry_is_written_as_the_recommender_writes_it() -> None:
     entry = RecommendedContainerResources(container_name="app", target=Resources(cpu_millicores=250),
                                           lower_bound=Resources(), upper_bound=Resources(memory_bytes=GI))
