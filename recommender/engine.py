@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from podtailor.vpa import TargetRef
 from recommender.kube.cluster import Workload
-from recommender.kube.vpa_objects import RISK_ANNOTATION, TargetRef, VpaConfigError, VpaSpec, parse_vpa
+from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec
 from recommender.kube.vpa_status import build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
@@ -40,19 +41,19 @@ class UsageSource(Protocol):
 
 
 class Events(Protocol):
-    def record(self, vpa: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None: ...
+    def record(self, vpa: VpaIdentity, reason: str, message: str, *, warning: bool = False) -> None: ...
 
 
 class VpaStore(Protocol):
-    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]: ...
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]: ...
 
     def workload(self, namespace: str, ref: TargetRef) -> Workload | None: ...
 
-    def update_vpa_status(self, vpa: VpaSpec, build: Any, attempts: int = 4) -> bool: ...
+    def update_vpa_status(self, vpa: VpaIdentity, build: Any, attempts: int = 4) -> bool: ...
 
-    def load_checkpoint(self, vpa: VpaSpec) -> dict[str, Any] | None: ...
+    def load_checkpoint(self, vpa: VpaIdentity) -> dict[str, Any] | None: ...
 
-    def save_checkpoint(self, vpa: VpaSpec, spec: dict[str, Any]) -> None: ...
+    def save_checkpoint(self, vpa: VpaIdentity, spec: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,14 +116,12 @@ class RecommenderEngine:
     def _discover(self, now_s: float) -> tuple[list[Served], int]:
         current: dict[str, Served] = {}
         unsupported = 0
-        for raw in self.store.list_vpas(self.config.namespaces):
-            names = [r.get("name") for r in (raw.get("spec") or {}).get("recommenders") or []]
-            if not (self.config.recommender_name in names or (self.config.serve_all and names in ([], ["default"]))):
+        for spec in self.store.list_vpas(self.config.namespaces):
+            names = spec.recommenders
+            if not (self.config.recommender_name in names or (self.config.serve_all and names in ((), ("default",)))):
                 continue
-            try:
-                spec = parse_vpa(raw)
-            except VpaConfigError as err:
-                unsupported += self._unsupported_raw(raw, str(err))
+            if isinstance(spec, UnparsableVpa):
+                unsupported += self._mark_unsupported(spec, spec.error)
                 continue
             if not self._serves(spec):
                 continue
@@ -163,14 +162,7 @@ class RecommenderEngine:
         entry.states, entry.history_until_s = states, until
         self.metrics.checkpoints_restored.inc()
 
-    def _unsupported_raw(self, raw: Mapping[str, Any], message: str) -> int:
-        meta = raw.get("metadata") or {}
-        spec = VpaSpec(namespace=str(meta.get("namespace")), name=str(meta.get("name")), uid=str(meta.get("uid")),
-                       generation=int(meta.get("generation", 0)), target=TargetRef(kind="", name=""),
-                       recommender=self.config.recommender_name, update_mode="Off", policies={})
-        return self._mark_unsupported(spec, message)
-
-    def _mark_unsupported(self, spec: VpaSpec, message: str) -> int:
+    def _mark_unsupported(self, spec: VpaIdentity, message: str) -> int:
         log.warning("VPA not served", extra={"namespace": spec.namespace, "vpa": spec.name, "reason": message})
         if self.store.update_vpa_status(spec, lambda status: unsupported_status(status, spec.generation, message)):
             self._event(spec, "ConfigUnsupported", message, warning=True)
@@ -286,7 +278,7 @@ class RecommenderEngine:
             self._by_risk[spec.risk] = self.strategy_at_risk(spec.risk)
         return self._by_risk[spec.risk]
 
-    def _event(self, spec: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None:
+    def _event(self, spec: VpaIdentity, reason: str, message: str, *, warning: bool = False) -> None:
         if self.events is not None:
             self.events.record(spec, reason, message, warning=warning)
 

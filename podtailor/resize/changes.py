@@ -31,9 +31,9 @@ from podtailor.resize.types import (
     QoS,
 )
 from podtailor.resources import Resources
+from podtailor.vpa import ControlledValues
 
 RESOURCES = ("cpu", "memory")
-REQUESTS_ONLY = "RequestsOnly"
 
 
 def get(res: Resources, name: str) -> int | None:
@@ -161,7 +161,7 @@ def _resource(name: str, view: ContainerView, target: ContainerTarget, cons: Con
     if name in cons.hpa_resources:
         return replace(old, notes=(f"{name} request kept: HPA scales on {name} utilization",))
     amounts = _new_request(name, view, target, cons)
-    if target.controlled_values == REQUESTS_ONLY:
+    if target.controlled_values is ControlledValues.REQUESTS_ONLY:
         return _requests_only(name, amounts, cons.limit_range)
     if not cons.keep_limit_ratio:
         return _fixed_limit(old.request, amounts)

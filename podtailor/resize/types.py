@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from podtailor.resize.boost import CpuBoost
 from podtailor.resources import Resources
+from podtailor.vpa import ControlledValues
 
 DEFAULT_CHANGE_THRESHOLD = 0.10
 """A resize is skipped unless some controlled request changes by at least this fraction (the updater's
@@ -91,7 +92,7 @@ class ContainerTarget:
     lower_bound: Resources
     upper_bound: Resources
     controlled_resources: frozenset[str] = frozenset({"cpu", "memory"})
-    controlled_values: str = "RequestsAndLimits"
+    controlled_values: ControlledValues = ControlledValues.REQUESTS_AND_LIMITS
     """RequestsAndLimits (limits scaled to keep the ratio) or RequestsOnly (limits untouched)."""
     min_allowed: Resources = field(default_factory=Resources)
     max_allowed: Resources = field(default_factory=Resources)

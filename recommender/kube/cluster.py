@@ -1,6 +1,7 @@
 """The recommender's port to the API server: VPAs, their target workloads, status writes, checkpoints.
 
-Owns every call the recommender makes to Kubernetes. ``KubeAdapter`` lists VPA objects, resolves a VPA's
+Owns every call the recommender makes to Kubernetes. ``KubeAdapter`` lists VPA objects (parsed once, as
+``recommender.kube.served`` values), resolves a VPA's
 ``targetRef`` (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) to the containers of its pod
 template with their current requests and limits, writes ``status`` through the status subresource with
 the object's resourceVersion (re-reading and rebuilding on 409), and stores one ``RecommenderCheckpoint``
@@ -18,7 +19,8 @@ from kubernetes import client
 from podtailor.kube.errors import KubeError, TemporaryKubeError, classify, is_not_found
 from podtailor.kube.fields import pod_containers
 from podtailor.resources import CurrentResources, parse_resources
-from recommender.kube.vpa_objects import GROUP, PLURAL, VERSION, TargetRef, VpaSpec
+from podtailor.vpa import GROUP, PLURAL, VERSION, TargetRef
+from recommender.kube.served import UnparsableVpa, VpaIdentity, VpaSpec, read_vpa
 
 CHECKPOINT_GROUP, CHECKPOINT_VERSION, CHECKPOINT_PLURAL = "podtailor.io", "v1alpha1", "recommendercheckpoints"
 Obj = dict[str, Any]
@@ -81,7 +83,11 @@ class KubeAdapter:
                 raise
             raise classify(err, action) from err
 
-    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[Obj]:
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]:
+        """The VPAs, each parsed once (``recommender.kube.served.read_vpa``)."""
+        return [read_vpa(obj) for obj in self._list_vpa_objects(namespaces)]
+
+    def _list_vpa_objects(self, namespaces: Sequence[str]) -> list[Obj]:
         if not namespaces:
             body = self._call("list VPAs", self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
             return list(body["items"])
@@ -109,7 +115,7 @@ class KubeAdapter:
         return Workload(namespace=namespace, kind=ref.kind, name=ref.name, containers=containers_of(
             _pod_spec(ref.kind, obj)))
 
-    def update_vpa_status(self, vpa: VpaSpec, build: Callable[[Obj], Obj | None], attempts: int = 4) -> bool:
+    def update_vpa_status(self, vpa: VpaIdentity, build: Callable[[Obj], Obj | None], attempts: int = 4) -> bool:
         """Read the VPA, let ``build(current_status)`` return the new status (None: no change), write it with
         the read resourceVersion; on 409 read again and rebuild. Returns whether anything was written."""
         for _ in range(attempts):
@@ -138,7 +144,7 @@ class KubeAdapter:
         raise TemporaryKubeError(f"write VPA status {vpa.namespace}/{vpa.name}: still conflicting after "
                                  f"{attempts} attempts", status=409)
 
-    def load_checkpoint(self, vpa: VpaSpec) -> Obj | None:
+    def load_checkpoint(self, vpa: VpaIdentity) -> Obj | None:
         try:
             obj: Obj = self.custom.get_namespaced_custom_object(CHECKPOINT_GROUP, CHECKPOINT_VERSION, vpa.namespace,
                                                                 CHECKPOINT_PLURAL, vpa.name)
@@ -151,7 +157,7 @@ class KubeAdapter:
             return None  # left over from an earlier VPA of the same name
         return obj
 
-    def save_checkpoint(self, vpa: VpaSpec, spec: Obj) -> None:
+    def save_checkpoint(self, vpa: VpaIdentity, spec: Obj) -> None:
         owners = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "VerticalPodAutoscaler", "name": vpa.name,
                    "uid": vpa.uid}]
         body = {"apiVersion": f"{CHECKPOINT_GROUP}/{CHECKPOINT_VERSION}", "kind": "RecommenderCheckpoint",

@@ -9,10 +9,11 @@ from __future__ import annotations
 from kubernetes import client
 
 from podtailor.kube import events
-from recommender.kube.vpa_objects import GROUP, VERSION, VpaSpec
+from podtailor.vpa import GROUP, VERSION
+from recommender.kube.served import VpaIdentity
 
 
-def vpa_ref(vpa: VpaSpec) -> events.ObjectRef:
+def vpa_ref(vpa: VpaIdentity) -> events.ObjectRef:
     return events.ObjectRef(api_version=f"{GROUP}/{VERSION}", kind="VerticalPodAutoscaler", name=vpa.name,
                             namespace=vpa.namespace, uid=vpa.uid)
 
@@ -21,5 +22,5 @@ class EventRecorder:
     def __init__(self, api_client: client.ApiClient, component: str = "podtailor-recommender") -> None:
         self.events = events.EventRecorder(api_client, component)
 
-    def record(self, vpa: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None:
+    def record(self, vpa: VpaIdentity, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.record(vpa_ref(vpa), reason, message, warning=warning)

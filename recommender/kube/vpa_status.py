@@ -1,7 +1,7 @@
 """VPA status as the recommender writes it: recommendations and conditions, changed only when needed.
 
 Owns the ``status`` dict of a VerticalPodAutoscaler: ``recommendation.containerRecommendations``
-(target, lowerBound, upperBound, uncappedTarget as quantities) and ``conditions`` (RecommendationProvided,
+(each entry written by ``podtailor.vpa.RecommendedContainerResources``) and ``conditions`` (RecommendationProvided,
 LowConfidence, and our own Stale and ConfigUnsupported). A container without a new recommendation keeps
 its last written one; a condition keeps its lastTransitionTime while its status does not change; a build
 that changes nothing returns None so no write is made.
@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podtailor.resources import quantities
+from podtailor.vpa import STALE_CONDITION, RecommendedContainerResources
 from recommender.model.types import Recommendation
 
 Obj = dict[str, Any]
@@ -33,12 +33,9 @@ def _set(conditions: list[Obj], ctype: str, status: bool, reason: str, message: 
 
 
 def _entry(container: str, rec: Recommendation) -> Obj:
-    entry: Obj = {"containerName": container, "target": quantities(rec.target)}
-    for key, res in (("lowerBound", rec.lower_bound), ("upperBound", rec.upper_bound),
-                     ("uncappedTarget", rec.uncapped_target)):
-        if q := quantities(res):
-            entry[key] = q
-    return entry
+    return RecommendedContainerResources(container_name=container, target=rec.target, lower_bound=rec.lower_bound,
+                                         upper_bound=rec.upper_bound,
+                                         uncapped_target=rec.uncapped_target).to_status()
 
 
 def _same(a: Obj, b: Obj) -> bool:
@@ -72,7 +69,7 @@ def build_status(current: Obj, generation: int, recs: Mapping[str, Recommendatio
     low = sorted(n for n, r in recs.items() if r.confidence < 1.0)
     conditions = _set(conditions, "LowConfidence", bool(low), "ShortHistory" if low else "EnoughHistory",
                       f"less history than the strategy wants for: {', '.join(low)}" if low else "")
-    conditions = _set(conditions, "Stale", False, "FreshData", "")
+    conditions = _set(conditions, STALE_CONDITION, False, "FreshData", "")
     new = dict(current)
     new["conditions"] = conditions
     new["recommendation"] = {"containerRecommendations": entries} if entries else current.get("recommendation")
@@ -83,7 +80,7 @@ def build_status(current: Obj, generation: int, recs: Mapping[str, Recommendatio
 
 def stale_status(current: Obj, generation: int, message: str) -> Obj | None:
     new = dict(current)
-    new["conditions"] = _set(list(current.get("conditions") or []), "Stale", True, "UsageHistoryUnavailable",
+    new["conditions"] = _set(list(current.get("conditions") or []), STALE_CONDITION, True, "UsageHistoryUnavailable",
                              f"{message}; the last recommendation is kept")
     return _finish(current, new)
 

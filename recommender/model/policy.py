@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, replace
 
 from podtailor.resources import CurrentResources, Resources
-from recommender.model.types import ContainerPolicy, ControlledValues, Recommendation
+from podtailor.vpa import ControlledValues
+from recommender.model.types import ContainerPolicy, Recommendation
 
 MAX_RESOURCE_AMOUNT = 10**14
 """VPA's ceiling for any amount, in millicores or bytes (why no-history upper bounds read 100G / 100T)."""

@@ -9,7 +9,6 @@ imports a Kubernetes or HTTP client, a logger or the clock.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,14 +18,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from podtailor.resources import CurrentResources, Resources
+from podtailor.vpa import ControlledValues
 
 FloatArray = NDArray[np.float64]
 PodIndex = NDArray[np.int32]
-
-
-class ControlledValues(enum.StrEnum):
-    REQUESTS_AND_LIMITS = "RequestsAndLimits"
-    REQUESTS_ONLY = "RequestsOnly"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from podtailor.nodepool import POOL_LABEL_KEYS
 from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags, duration_s, kube_client
 from recommender.cli import add_prometheus_flags, add_risk_flag, build_strategy, history_plan, prometheus_config
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
@@ -83,8 +84,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--output-file", type=Path, metavar="PATH", help="write the report here instead of stdout")
     g.add_argument("--prices", type=Path, metavar="FILE", help="price sheet (YAML or JSON), see below")
     g.add_argument("--pool-label", metavar="KEY", help="node label naming the node pool (default: the first "
-                   "present of karpenter.sh/nodepool, cloud.google.com/gke-nodepool, eks.amazonaws.com/nodegroup, "
-                   "kubernetes.azure.com/agentpool, podtailor.io/node-pool)")
+                   f"present of {', '.join(POOL_LABEL_KEYS)}, as the updater reads them)")
     g.add_argument("--change-threshold", type=float, default=0.10, metavar="FRACTION",
                    help="the updater skips smaller request changes (default: 0.10, its default)")
     g.add_argument("--read-groups", type=_groups, default=READ_GROUPS, metavar="N",

@@ -5,7 +5,7 @@ Owns the pure half of discovery: the label-selector match (kubectl syntax: ``k=v
 containers, plain init containers, with requests, limits and resizePolicy), replicas per kind, the
 top-level owner of a pod (pod -> ReplicaSet -> Deployment or Rollout, pod -> Job -> CronJob, StatefulSet and
 DaemonSet directly, no owner or a Node -> the pod itself, as the Prometheus owner index keys them), node
-pools (the first present of the usual pool label keys unless one is named) and the resources an HPA scales
+pools (``podtailor.nodepool``, as the updater reads them) and the resources an HPA scales
 on by utilization. Containers, HPAs and LimitRanges are read by ``podtailor.kube.fields`` as the updater reads
 them; here an unreadable value counts as unset (the API server validated it) instead of skipping the object.
 """
@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from podtailor.kube import fields
+from podtailor.nodepool import node_pool
 from podtailor.resize.types import NOT_REQUIRED, ResizeRestart
 from podtailor.resources import CurrentResources, parse_resources
 from recommender.report.types import ContainerSpec, NodeInfo, PodInfo, Role
 
 Obj = dict[str, Any]
-POOL_LABEL_KEYS = ("karpenter.sh/nodepool", "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
-                   "kubernetes.azure.com/agentpool", "podtailor.io/node-pool")
 _SET = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 
 
@@ -156,9 +155,7 @@ def pod_info(pod: Obj) -> PodInfo:
 def node_info(obj: Obj, pool_label: str | None) -> NodeInfo:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    pool = labels.get(pool_label, "") if pool_label else next(
-        (labels[k] for k in POOL_LABEL_KEYS if labels.get(k)), "")
-    return NodeInfo(name=str(meta.get("name", "")), pool=str(pool),
+    return NodeInfo(name=str(meta.get("name", "")), pool=str(node_pool(labels, pool_label)),
                     allocatable=parse_resources((obj.get("status") or {}).get("allocatable"), where="allocatable",
                                                 lenient=True))
 

@@ -35,6 +35,7 @@ from kubernetes import client, config
 
 from podtailor.resize.types import NOT_REQUIRED, ContainerTarget, ContainerView, PodRestartPolicy, QoS
 from podtailor.resources import Resources
+from podtailor.vpa import UpdateMode
 from tests.benchmarks.results import machine_facts, write_section
 from tests.harness.cluster import REPO_ROOT, LocalCluster
 from tests.harness.process import wait_until
@@ -77,7 +78,7 @@ def synthetic_inputs(pods: int, pools: int, workloads: int) -> tuple[list[PodVie
         ns, name, pool = f"ns{w % 25}", f"app{w}", w % pools
         targets.append(WorkloadTarget(
             namespace=ns, workload_kind="Deployment", workload_name=name, vpa_name=name,
-            update_mode="InPlaceOrRecreate", replicas=per_workload,
+            update_mode=UpdateMode.IN_PLACE_OR_RECREATE, replicas=per_workload,
             containers={"app": ContainerTarget(
                 name="app", target=Resources(cpu_millicores=250, memory_bytes=256 * MI),
                 lower_bound=Resources(cpu_millicores=250, memory_bytes=256 * MI),

@@ -13,6 +13,7 @@ from typing import Any
 from podtailor.resize.changes import qos_class
 from podtailor.resize.types import ContainerTarget, ContainerView, LimitRangeView
 from podtailor.resources import Resources
+from podtailor.vpa import UpdateMode
 from updater.policy.planner import plan
 from updater.policy.types import HpaView, NodeView, Plan, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
@@ -52,7 +53,8 @@ def ctarget(name: str = "app", *, cpu: int | None = 750, mem: int | None = 512 *
 
 
 def wtarget(*containers: ContainerTarget, ns: str = "shop", workload: str = "web", kind: str = "Deployment",
-            mode: str = "InPlaceOrRecreate", replicas: int = 3, stale: bool = False) -> WorkloadTarget:
+            mode: UpdateMode = UpdateMode.IN_PLACE_OR_RECREATE, replicas: int = 3,
+            stale: bool = False) -> WorkloadTarget:
     cs = containers or (ctarget(),)
     return WorkloadTarget(namespace=ns, workload_kind=kind, workload_name=workload, vpa_name=f"{workload}-vpa",
                           update_mode=mode, containers={c.name: c for c in cs}, stale=stale, replicas=replicas)

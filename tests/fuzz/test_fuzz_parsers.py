@@ -1,4 +1,5 @@
-"""Property and fuzz tests of the parsers that take untrusted input: quantities, VPA specs, ResizePolicies.
+"""Property and fuzz tests of the parsers that take untrusted input: quantities, VPA specs and statuses,
+ResizePolicies.
 
 Each parser may accept or refuse, but refuses only with its own error type (``QuantityError``,
 ``VpaConfigError``, ``PolicyError``), and what it accepts is sane: quantities are non-negative, bounded and
@@ -23,7 +24,7 @@ from podtailor.units import (
     parse_cpu_millicores,
     parse_memory_bytes,
 )
-from recommender.kube.vpa_objects import VpaConfigError, VpaSpec, parse_vpa
+from podtailor.vpa import Vpa, VpaConfigError, parse_status, parse_vpa
 from updater.kube.policy_crd import PolicyError, parse_policy
 from updater.policy.types import RolloutPolicy
 
@@ -103,12 +104,35 @@ def test_vpa_specs_parse_or_raise_vpa_config_error(obj: dict[str, Any]) -> None:
         spec = parse_vpa(obj)
     except VpaConfigError:
         return
-    assert isinstance(spec, VpaSpec)
+    assert isinstance(spec, Vpa)
     for policy in spec.policies.values():
         for low, high in ((policy.min_allowed.cpu_millicores, policy.max_allowed.cpu_millicores),
                           (policy.min_allowed.memory_bytes, policy.max_allowed.memory_bytes)):
             assert low is None or high is None or low <= high
             assert all(v is None or v >= 0 for v in (low, high))
+
+
+recommendation = st.fixed_dictionaries({}, optional={
+    "containerName": st.one_of(st.sampled_from(["app", "side"]), json_scalars), "target": resources,
+    "lowerBound": resources, "upperBound": resources, "uncappedTarget": resources})
+schema_status = st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"name": st.text(max_size=8)})}, optional={
+    "status": st.fixed_dictionaries({}, optional={
+        "recommendation": st.fixed_dictionaries({}, optional={
+            "containerRecommendations": st.lists(recommendation, max_size=3)}),
+        "conditions": st.lists(st.fixed_dictionaries({"type": st.sampled_from(["Stale", "LowConfidence"]),
+                                                      "status": st.sampled_from(["True", "False"])}), max_size=2)})})
+
+
+@given(schema_status)
+def test_vpa_statuses_parse_or_raise_vpa_config_error(obj: dict[str, Any]) -> None:
+    """The status the updater reads: only VpaConfigError on bad content, and amounts never negative."""
+    try:
+        status = parse_status(obj)
+    except VpaConfigError:
+        return
+    for name, entry in status.recommendations.items():
+        assert entry.container_name == name
+        assert all(v is None or v >= 0 for v in (entry.target.cpu_millicores, entry.target.memory_bytes))
 
 
 durations = st.one_of(st.sampled_from(["90s", "5m", "1h", "0s", "1d", "-1m", "999999h", "1000000s"]), json_scalars)

@@ -23,6 +23,7 @@ from kubernetes import client
 from podtailor.kube.errors import PermanentKubeError
 from podtailor.resize.types import ContainerTarget, LimitRangeView, QoS
 from podtailor.resources import Resources
+from podtailor.vpa import ControlledValues
 from tests.conftest import SimFactory
 from tests.nodesim.nodes import NodePool
 from tests.waiting import eventually
@@ -222,8 +223,9 @@ def check_objects(snap: Snapshot, ns: str, pool: str, solo_pool: str, policy_nam
     assert target.containers["app"] == ContainerTarget(
         name="app", target=Resources(cpu_millicores=300, memory_bytes=200 * Mi),
         lower_bound=Resources(cpu_millicores=250, memory_bytes=150 * Mi),
-        upper_bound=Resources(cpu_millicores=500, memory_bytes=400 * Mi), controlled_values="RequestsOnly",
-        min_allowed=Resources(cpu_millicores=100), max_allowed=Resources(memory_bytes=Gi))
+        upper_bound=Resources(cpu_millicores=500, memory_bytes=400 * Mi),
+        controlled_values=ControlledValues.REQUESTS_ONLY, min_allowed=Resources(cpu_millicores=100),
+        max_allowed=Resources(memory_bytes=Gi))
     proxy_target = Resources(cpu_millicores=60, memory_bytes=40 * Mi)  # no bounds written: the target is both
     assert target.containers["proxy"] == ContainerTarget(
         name="proxy", target=proxy_target, lower_bound=proxy_target, upper_bound=proxy_target,

@@ -15,18 +15,20 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from podtailor.nodepool import PoolLabel
 from tests.nodesim.quantity import format_cpu_millicores, format_memory_bytes
 from tests.nodesim.resize import NodeCapacity
 
 KUBELET_VERSION = "v1.37.2"
 
-# Node-pool label keys of the common providers; a pool is labelled with every key asked for.
+# Node-pool label keys (``podtailor.nodepool``, the list the report and the updater read) by the style a
+# test names; a pool is labelled with every key asked for.
 POOL_LABEL_KEYS = {
-    "podtailor": "podtailor.io/node-pool",
-    "gke": "cloud.google.com/gke-nodepool",
-    "eks": "eks.amazonaws.com/nodegroup",
-    "aks": "kubernetes.azure.com/agentpool",
-    "karpenter": "karpenter.sh/nodepool",
+    "podtailor": PoolLabel.PODTAILOR.value,
+    "gke": PoolLabel.GKE.value,
+    "eks": PoolLabel.EKS.value,
+    "aks": PoolLabel.AKS.value,
+    "karpenter": PoolLabel.KARPENTER.value,
 }
 
 

@@ -14,9 +14,10 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from podtailor.resources import CurrentResources
+from podtailor.vpa import TargetRef
 from recommender.engine import RISK_CACHE_SIZE, EngineConfig, RecommenderEngine
 from recommender.kube.cluster import ContainerTemplate, Workload
-from recommender.kube.vpa_objects import RISK_ANNOTATION, TargetRef, VpaSpec
+from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec, read_vpa
 from recommender.metrics import RecommenderMetrics
 from recommender.model.registry import at_risk, get_strategy
 from recommender.model.types import ContainerKey, Samples, UsageBatch
@@ -47,30 +48,30 @@ class Store:
         self.annotations = annotations
         self.status: dict[str, dict[str, Any]] = {}
 
-    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]:
         out = []
         for name, risk in self.annotations.items():
             meta: dict[str, Any] = {"namespace": "ns", "name": f"v-{name}", "uid": f"u-{name}", "generation": 1}
             if risk is not None:
                 meta["annotations"] = {RISK_ANNOTATION: risk}
-            out.append({"metadata": meta, "spec": {"targetRef": {"kind": "Deployment", "name": name},
-                                                   "recommenders": [{"name": "podtailor"}]}})
+            out.append(read_vpa({"metadata": meta, "spec": {"targetRef": {"kind": "Deployment", "name": name},
+                                                             "recommenders": [{"name": "podtailor"}]}}))
         return out
 
     def workload(self, namespace: str, ref: TargetRef) -> Workload | None:
         return Workload(namespace=namespace, kind="Deployment", name=ref.name,
                         containers=(ContainerTemplate(name="app", current=CurrentResources()),))
 
-    def update_vpa_status(self, vpa: VpaSpec, build: Any, attempts: int = 4) -> bool:
+    def update_vpa_status(self, vpa: VpaIdentity, build: Any, attempts: int = 4) -> bool:
         new = build(self.status.get(vpa.name, {}))
         if new is not None:
             self.status[vpa.name] = new
         return new is not None
 
-    def load_checkpoint(self, vpa: VpaSpec) -> dict[str, Any] | None:
+    def load_checkpoint(self, vpa: VpaIdentity) -> dict[str, Any] | None:
         return None
 
-    def save_checkpoint(self, vpa: VpaSpec, spec: dict[str, Any]) -> None:
+    def save_checkpoint(self, vpa: VpaIdentity, spec: dict[str, Any]) -> None:
         pass
 
 
@@ -89,7 +90,7 @@ class Events:
     def __init__(self) -> None:
         self.recorded: list[tuple[str, str, str, bool]] = []
 
-    def record(self, vpa: VpaSpec, reason: str, message: str, *, warning: bool = False) -> None:
+    def record(self, vpa: VpaIdentity, reason: str, message: str, *, warning: bool = False) -> None:
         self.recorded.append((vpa.name, reason, message, warning))
 
 

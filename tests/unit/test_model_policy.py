@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podtailor.resources import CurrentResources, Resources
+from podtailor.vpa import ControlledValues
 from recommender.model.policy import (
     MAX_RESOURCE_AMOUNT,
     Estimate,
@@ -18,7 +19,7 @@ from recommender.model.policy import (
     round_up,
     scaled_limit,
 )
-from recommender.model.types import ContainerPolicy, ControlledValues
+from recommender.model.types import ContainerPolicy
 
 GIB = 1024**3
 

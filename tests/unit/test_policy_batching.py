@@ -6,7 +6,7 @@ from typing import Any
 
 from podtailor.resize.types import QoS
 from tests.builders.policy import GI, NOW, container, node, pod, run, wtarget
-from updater.policy.batching import pool_of, step_counts
+from updater.policy.batching import step_counts
 from updater.policy.planner import plan, summary
 from updater.policy.types import Action, CanaryStep, PodView, RolloutPolicy
 
@@ -98,9 +98,3 @@ def test_empty_snapshot() -> None:
     assert summary(result)["pods"] == 0
 
 
-def test_pool_of_node_labels() -> None:
-    labels = {"karpenter.sh/nodepool": "spot", "team": "x"}
-    assert pool_of(labels) == "spot"
-    assert pool_of(labels, "team") == "x"
-    assert pool_of({"cloud.google.com/gke-nodepool": "default-pool"}) == "default-pool"
-    assert pool_of({}) == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from podtailor.resize.changes import Constraints, container_change, proportional_limit, qos_class
 from podtailor.resize.types import LimitRangeView, QoS, Reason
+from podtailor.vpa import ControlledValues
 from tests.builders.policy import GI, MI, container, ctarget, decide_one, pod, res, wtarget
 from updater.policy.types import Action, HpaView
 
@@ -39,7 +40,7 @@ def test_burstable_becoming_guaranteed_falls_back() -> None:
     # RequestsOnly: cpu 500m/1000m, memory 1Gi/1Gi; target 2000m is capped at the 1000m limit, so every
     # request would equal its limit: Burstable -> Guaranteed, which the API refuses in place.
     p = pod(containers=[container(cpu=500, cpu_lim=1000, mem=GI, mem_lim=GI)])
-    d = decide_one(p, wtarget(ctarget(cpu=2000, mem=GI, controlled_values="RequestsOnly")))
+    d = decide_one(p, wtarget(ctarget(cpu=2000, mem=GI, controlled_values=ControlledValues.REQUESTS_ONLY)))
     assert d.action == Action.FALLBACK and d.reason == Reason.QOS_WOULD_CHANGE
     assert "Burstable -> Guaranteed" in d.message
 
@@ -48,7 +49,7 @@ def test_requests_only_caps_at_the_limit_and_keeps_limits() -> None:
     # cpu 500m/1000m -> target 1500m: request capped at 1000m, limit stays 1000m; memory 512Mi/1Gi untouched
     # by the target (512Mi), so the pod stays Burstable.
     view = container(cpu=500, cpu_lim=1000, mem=512 * MI, mem_lim=GI)
-    change = container_change(view, ctarget(cpu=1500, controlled_values="RequestsOnly"), Constraints())
+    change = container_change(view, ctarget(cpu=1500, controlled_values=ControlledValues.REQUESTS_ONLY), Constraints())
     assert change.new_requests == res(1000, 512 * MI)
     assert change.new_limits == res(1000, GI)
     assert any("capped at the limit" in n for n in change.notes)

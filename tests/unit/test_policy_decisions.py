@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from podtailor.resize.types import Reason
+from podtailor.vpa import UpdateMode
 from tests.builders.policy import (
     GI,
     MI,
@@ -101,7 +102,7 @@ def test_single_replica_do_not_disrupt_and_bare_pods_are_not_replaced() -> None:
 def test_fallback_disabled_and_in_place_mode_skip_with_the_same_reason() -> None:
     d = decide_one(pod(resize_pending="Infeasible"), policy=RolloutPolicy(fallback=FallbackMode.NONE))
     assert (d.action, d.reason) == (Action.SKIP, Reason.INFEASIBLE) and d.message.startswith("fallback disabled")
-    d = decide_one(pod(resize_pending="Infeasible"), wtarget(mode="InPlace"))
+    d = decide_one(pod(resize_pending="Infeasible"), wtarget(mode=UpdateMode.IN_PLACE))
     assert (d.action, d.reason) == (Action.SKIP, Reason.INFEASIBLE)
 
 
@@ -145,9 +146,9 @@ def test_best_effort_pods_are_left_alone() -> None:
 def test_pod_and_target_skips() -> None:
     assert decide_one(pod(deleting=True)).reason == Reason.DELETING
     assert only(run(targets=[])).reason == Reason.NO_TARGET
-    for mode in ("Off", "Initial"):
+    for mode in (UpdateMode.OFF, UpdateMode.INITIAL):
         assert decide_one(t=wtarget(mode=mode)).reason == Reason.UPDATE_MODE
-    for mode in ("Recreate", "Auto", "InPlace"):
+    for mode in (UpdateMode.RECREATE, UpdateMode.AUTO, UpdateMode.IN_PLACE):
         assert decide_one(t=wtarget(mode=mode)).action == Action.RESIZE_ONLINE
     assert decide_one(pod(ready=False)).reason == Reason.NOT_READY
     assert decide_one(pod(created_s=NOW - 299)).reason == Reason.TOO_YOUNG

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from podtailor.resize.changes import RESOURCES, get, qos_class
 from podtailor.resize.types import ContainerView, LimitRangeView
 from podtailor.resources import Resources
+from podtailor.vpa import ControlledValues
 from tests.builders.policy import GI, MI, NOW, ctarget, node, pod, res, wtarget
 from updater.policy.batching import step_counts
 from updater.policy.planner import plan
@@ -56,7 +57,7 @@ def pods(draw: st.DrawFn, index: int) -> PodView:
 @st.composite
 def targets(draw: st.DrawFn, workload: str) -> WorkloadTarget:
     cts = [ctarget(n, cpu=draw(st.integers(1, 6000)), mem=draw(st.integers(MI, 12 * GI)),
-                   controlled_values=draw(st.sampled_from(["RequestsAndLimits", "RequestsOnly"])))
+                   controlled_values=draw(st.sampled_from(ControlledValues)))
            for n in ("app", "side")]
     return wtarget(*cts, workload=workload, replicas=draw(st.integers(1, 30)), stale=draw(st.booleans()))
 

@@ -1,4 +1,4 @@
-"""Quantities, VPA spec parsing and VPA status building: pure functions with worked numbers."""
+"""Quantities, the recommender's risk annotation and VPA status building: pure functions with worked numbers."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from podtailor.units import (
     parse_cpu_millicores,
     parse_memory_bytes,
 )
-from recommender.kube.vpa_objects import RISK_ANNOTATION, VpaConfigError, parse_vpa, risk_annotation
+from recommender.kube.served import RISK_ANNOTATION, VpaSpec, read_vpa, risk_annotation
 from recommender.kube.vpa_status import build_status, stale_status
-from recommender.model.types import ControlledValues, Recommendation
+from recommender.model.types import Recommendation
 
 
 @pytest.mark.parametrize(("text", "millis"), [
@@ -78,38 +78,10 @@ def vpa(**spec: Any) -> dict[str, Any]:
     return {"metadata": {"namespace": "ns", "name": "v", "uid": "u1", "generation": 3}, "spec": base}
 
 
-def test_vpa_spec_is_parsed_with_policies() -> None:
-    spec = parse_vpa(vpa(recommenders=[{"name": "podtailor"}], updatePolicy={"updateMode": "InPlaceOrRecreate"},
-                         resourcePolicy={"containerPolicies": [
-                             {"containerName": "*", "minAllowed": {"cpu": "50m"}, "maxAllowed": {"memory": "2Gi"}},
-                             {"containerName": "side", "mode": "Off"},
-                             {"containerName": "app", "controlledResources": ["cpu"],
-                              "controlledValues": "RequestsOnly"}]}))
-    assert spec.recommender == "podtailor" and spec.update_mode == "InPlaceOrRecreate"
-    app = spec.policy_for("app", 3)
-    assert app.controlled_resources == frozenset({"cpu"}) and app.controlled_values is ControlledValues.REQUESTS_ONLY
-    assert app.containers_in_pod == 3
-    other = spec.policy_for("other", 3)  # falls back to "*"
-    assert other.min_allowed == Resources(cpu_millicores=50) and other.max_allowed == Resources(
-        memory_bytes=2 * 2**30)
-    assert spec.policy_for("side", 3).mode_off
-
-
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"targetRef": {"kind": "Pod", "name": "x"}}, "not supported"),
-    ({"targetRef": {"kind": "Deployment"}}, "needs kind and name"),
-    ({"recommenders": [{"name": "a"}, {"name": "b"}]}, "at most one"),
-    ({"updatePolicy": {"updateMode": "Sometimes"}}, "not a VPA update mode"),
-    ({"resourcePolicy": {"containerPolicies": [{"containerName": "a", "minAllowed": {"cpu": "2"},
-                                                "maxAllowed": {"cpu": "1"}}]}}, "minAllowed is above maxAllowed"),
-    ({"resourcePolicy": {"containerPolicies": [{"containerName": "a", "minAllowed": {"memory": "1Gb"}}]}},
-     "malformed quantity"),
-    ({"resourcePolicy": {"containerPolicies": [{"containerName": "a", "controlledResources": ["gpu"]}]}},
-     "only cpu and memory"),
-])
-def test_bad_vpa_specs_are_explained(spec: dict[str, Any], message: str) -> None:
-    with pytest.raises(VpaConfigError, match=message):
-        parse_vpa(vpa(**spec))
+def served(obj: dict[str, Any]) -> VpaSpec:
+    item = read_vpa(obj)
+    assert isinstance(item, VpaSpec), item
+    return item
 
 
 def rec(cpu: int, memory: int, confidence: float = 1.0) -> Recommendation:
@@ -149,22 +121,6 @@ def test_stale_keeps_the_recommendation() -> None:
     assert next(c for c in stale["conditions"] if c["type"] == "Stale")["status"] == "True"
 
 
-@pytest.mark.parametrize("spec", [
-    {"recommenders": [5]},
-    {"resourcePolicy": {"containerPolicies": ["app"]}},
-    {"resourcePolicy": "everything"},
-    {"updatePolicy": ["Auto"]},
-    {"targetRef": "web"},
-])
-def test_malformed_vpa_objects_raise_only_config_errors(spec: dict[str, Any]) -> None:
-    with pytest.raises(VpaConfigError):
-        parse_vpa(vpa(**spec))
-    bad = vpa()
-    bad["metadata"]["generation"] = "x"
-    with pytest.raises(VpaConfigError, match="malformed"):
-        parse_vpa(bad)
-
-
 def annotated(value: Any) -> dict[str, Any]:
     obj = vpa()
     obj["metadata"]["annotations"] = {RISK_ANNOTATION: value, "other": "x"}
@@ -174,12 +130,12 @@ def annotated(value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("value", "risk"), [("2", 2.0), ("0.5", 0.5), (".25", 0.25), (" 4 ", 4.0), ("0.05", 0.05),
                                              ("20", 20.0), ("1.", 1.0)])
 def test_the_risk_annotation_is_read(value: str, risk: float) -> None:
-    spec = parse_vpa(annotated(value))
+    spec = served(annotated(value))
     assert spec.risk == risk and spec.risk_problem is None
 
 
 def test_no_risk_annotation_is_no_risk_and_no_problem() -> None:
-    assert (parse_vpa(vpa()).risk, parse_vpa(vpa()).risk_problem) == (None, None)
+    assert (served(vpa()).risk, served(vpa()).risk_problem) == (None, None)
     assert risk_annotation("not a map") == (None, None)
 
 
@@ -193,7 +149,7 @@ def test_no_risk_annotation_is_no_risk_and_no_problem() -> None:
     (2, "is not a decimal"), (None, "is not a decimal"), (["2"], "is not a decimal"),
 ])
 def test_an_unusable_risk_annotation_is_a_problem_not_a_config_error(value: Any, message: str) -> None:
-    spec = parse_vpa(annotated(value))  # the VPA is still served: no VpaConfigError
+    spec = served(annotated(value))  # the VPA is still served: no VpaConfigError
     assert spec.risk is None and spec.risk_problem is not None
     assert message in spec.risk_problem and spec.risk_problem.startswith(f"annotation {RISK_ANNOTATION}=")
     assert len(spec.risk_problem) < 120  # a hostile value is quoted short, escaped by repr

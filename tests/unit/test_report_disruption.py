@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from podtailor.resize import changes as ch
 from podtailor.resources import CurrentResources, Resources
+from podtailor.vpa import ControlledValues
 from recommender.report.disruption import plan_pod, plan_workload, planned, target_of
 from recommender.report.types import ContainerSpec, Disruption, NodeInfo, PodInfo, Role
 
@@ -67,7 +68,7 @@ def test_qos_change_means_replacement() -> None:
     assert outcome(p, targets) == ("in-place", "change")  # limits follow: still Guaranteed
     burstable_to_be = {"a": ch.ContainerTarget(name="a", target=Resources(cpu_millicores=200, memory_bytes=345 * Mi),
                                                lower_bound=Resources(), upper_bound=Resources(),
-                                               controlled_values="RequestsOnly")}
+                                               controlled_values=ControlledValues.REQUESTS_ONLY)}
     assert outcome(p, burstable_to_be) == ("replacement", "qos-would-change")
 
 

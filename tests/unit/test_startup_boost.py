@@ -29,6 +29,7 @@ from podtailor.resize.boost import (
 from podtailor.resize.changes import Constraints, qos_class
 from podtailor.resize.types import ContainerTarget, ContainerView, Reason
 from podtailor.resources import Resources
+from podtailor.vpa import ControlledValues, UpdateMode
 from tests.builders import policy as pb
 from tests.builders.webhook import apply, container, patch_of, pod, review, snapshot, vpa
 from updater.policy.quota import BOOST_REJECTED_ANNOTATION
@@ -220,9 +221,10 @@ def test_boosted_admission_is_capped_never_below_target_and_keeps_qos(
     ct = ContainerTarget(name="app", target=Resources(cpu_millicores=target, memory_bytes=mem),
                          lower_bound=Resources(), upper_bound=Resources(), startup_boost=boost,
                          max_allowed=Resources(cpu_millicores=cap),
-                         controlled_values="RequestsOnly" if requests_only else "RequestsAndLimits")
+                         controlled_values=ControlledValues.REQUESTS_ONLY if requests_only
+                         else ControlledValues.REQUESTS_AND_LIMITS)
     wt = WorkloadTarget(namespace="shop", workload_kind="Deployment", workload_name="web", vpa_name="web",
-                        update_mode="Auto", containers={"app": ct})
+                        update_mode=UpdateMode.AUTO, containers={"app": ct})
     pod_res = PodResources(containers=(view,))
     d = mutation.decide(pod_res, wt, Constraints())
     plain = mutation.decide(pod_res, replace(wt, containers={"app": replace(ct, startup_boost=None)}), Constraints())
@@ -245,6 +247,6 @@ def test_boost_is_taken_back_whatever_the_update_mode() -> None:
     # The webhook boosts in Initial mode too; the updater, which otherwise leaves Initial pods alone, takes the
     # boost back (as VPA's updater does for any VPA with a startupBoost).
     boost = CpuBoost(type=BoostType.FACTOR, factor=Fraction(2))
-    initial = pb.wtarget(pb.ctarget(startup_boost=boost), mode="Initial")
+    initial = pb.wtarget(pb.ctarget(startup_boost=boost), mode=UpdateMode.INITIAL)
     assert pb.decide_one(boosted_pod(), initial).reason == Reason.UNBOOST
     assert pb.decide_one(pb.pod(), initial).reason == Reason.UPDATE_MODE

@@ -7,6 +7,7 @@ from typing import Any
 from podtailor.resize.changes import Constraints
 from podtailor.resize.types import ContainerTarget, ContainerView
 from podtailor.resources import Resources
+from podtailor.vpa import UpdateMode
 from tests.builders.webhook import NS, apply, container, owned, patch_of, pod, review, snapshot, vpa
 from updater.policy.types import WorkloadTarget
 from updater.webhook.mutation import AdmissionDecision, Outcome, PodResources, decide, summary
@@ -166,7 +167,7 @@ def test_decide_directly_and_the_summary_bound() -> None:
     t = ContainerTarget(name="a", target=Resources(cpu_millicores=200), lower_bound=Resources(),
                         upper_bound=Resources())
     wt = WorkloadTarget(namespace=NS, workload_kind="Deployment", workload_name="w", vpa_name="v",
-                        update_mode="Auto", containers={"a": t})
+                        update_mode=UpdateMode.AUTO, containers={"a": t})
     d = decide(PodResources(containers=(view,)), wt, Constraints())
     assert d.outcome == Outcome.MUTATED and d.changes[0].new_requests == Resources(cpu_millicores=200)
     many = AdmissionDecision(outcome=Outcome.MUTATED, vpa_name="v", changes=d.changes * 100)

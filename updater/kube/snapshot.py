@@ -32,16 +32,14 @@ from podtailor.kube.errors import classify
 from podtailor.kube.fields import limit_range
 from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing, builtin_listings, custom_listing, list_raw
 from podtailor.resize.types import LimitRangeView
+from podtailor.vpa import GROUP as VPA_GROUP
+from podtailor.vpa import PLURAL as VPA_PLURAL
+from podtailor.vpa import VERSION as VPA_VERSION
+from podtailor.vpa import target_key
 from updater.answers import ServerFeatures, features_for
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
-from updater.kube.objects import (
-    convert_hpa,
-    convert_node,
-    convert_vpa,
-    merge_by_namespace,
-    vpa_target_key,
-)
+from updater.kube.objects import convert_hpa, convert_node, convert_vpa, merge_by_namespace
 from updater.kube.pods import convert_pod
 from updater.kube.policy_crd import GROUP as POLICY_GROUP
 from updater.kube.policy_crd import PLURAL as POLICY_PLURAL
@@ -55,7 +53,6 @@ from updater.policy.types import HpaView, NodeView, PodView, QuotaView, RolloutP
 
 log = logging.getLogger("podtailor.updater.kube")
 T = TypeVar("T")
-VPA_GROUP, VPA_VERSION, VPA_PLURAL = "autoscaling.k8s.io", "v1", "verticalpodautoscalers"
 LISTING_THREADS = 4
 """Requests of one snapshot in flight at once (/version and the listings)."""
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Pending,status.phase!=Succeeded"
@@ -265,7 +262,7 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
         counts[key] = counts.get(key, 0) + 1
 
     def target(obj: Obj) -> WorkloadTarget:
-        key = vpa_target_key(obj)
+        key = target_key(obj)
         replicas = index.replicas_of(key)
         return convert_vpa(obj, counts.get(key, 0) if replicas is None else replicas)
 

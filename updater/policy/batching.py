@@ -18,21 +18,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from podtailor.resize.types import QoS
 from updater.policy.types import Batch, CanaryStep, NodeView, RolloutPolicy
 
-DEFAULT_POOL_LABEL_KEYS = (
-    "karpenter.sh/nodepool",
-    "cloud.google.com/gke-nodepool",
-    "eks.amazonaws.com/nodegroup",
-    "kubernetes.azure.com/agentpool",
-    "alpha.eksctl.io/nodegroup-name",
-    "doks.digitalocean.com/node-pool",
-)
-"""Tried in this order when the policy's ``pool_label_key`` is empty."""
 _QOS_ORDER = {QoS.BEST_EFFORT: 0, QoS.BURSTABLE: 1, QoS.GUARANTEED: 2}
 _EPS = 1e-9
 DEFAULT_STEP = CanaryStep(fraction=1.0, bake_s=0.0)
@@ -55,13 +46,6 @@ class Candidate:
     @property
     def order(self) -> tuple[int, int, float, str]:
         return (self.priority, _QOS_ORDER[self.qos], self.created_s, self.key)
-
-
-def pool_of(labels: Mapping[str, str], pool_label_key: str = "") -> str:
-    """A node's pool name for the adapter to put in ``NodeView.pool``: the policy's label key, else the first
-    present of the common keys; "" when none is present (all such nodes form one pool)."""
-    keys = (pool_label_key,) if pool_label_key else DEFAULT_POOL_LABEL_KEYS
-    return next((labels[k] for k in keys if k in labels), "")
 
 
 def frozen_pools(nodes: Iterable[NodeView], unhealthy_fraction: float) -> dict[str, str]:

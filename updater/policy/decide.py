@@ -31,11 +31,11 @@ from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
 from podtailor.resize.boost import BoostRecord, read_annotation
 from podtailor.resize.types import ContainerChange, LimitRangeView, PodRestartPolicy, QoS, Reason
 from podtailor.resources import Resources, human_amount
+from podtailor.vpa import ACTED_MODES, UpdateMode
 from updater.answers import PendingReason, ServerFeatures, above_allocatable_answer
 from updater.policy.types import Action, FallbackMode, NodeView, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
 WorkloadKey = tuple[str, str, str]
-ACTED_MODES = frozenset({"InPlaceOrRecreate", "InPlace", "Auto", "Recreate"})
 DO_NOT_DISRUPT = (("karpenter.sh/do-not-disrupt", "true"), ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"))
 
 
@@ -106,7 +106,7 @@ def fallback(pod: PodView, target: WorkloadTarget, ctx: Context, reason: Reason,
     policy = ctx.policy
     if policy.fallback == FallbackMode.NONE:
         return _skip(reason, f"fallback disabled: {message}")
-    if target.update_mode == "InPlace":
+    if target.update_mode is UpdateMode.IN_PLACE:
         return _skip(reason, f"update mode InPlace never falls back: {message}")
     if pod.workload_kind == "Pod":
         return _skip(Reason.NO_CONTROLLER, f"bare pod, replacing it would lose it: {message}")

@@ -22,6 +22,7 @@ from podtailor.resize.types import (
     Reason,
 )
 from podtailor.resources import Resources
+from podtailor.vpa import UpdateMode
 from updater.answers import PendingReason
 
 
@@ -90,8 +91,8 @@ class WorkloadTarget:
     workload_kind: str
     workload_name: str
     vpa_name: str
-    update_mode: str
-    """Off | Initial | Recreate | InPlaceOrRecreate | InPlace | Auto; only the last four are acted on."""
+    update_mode: UpdateMode
+    """Only ``podtailor.vpa.ACTED_MODES`` are acted on."""
     containers: Mapping[str, ContainerTarget]
     stale: bool = False
     """The recommender marked it stale (no fresh data): never act on a decrease."""

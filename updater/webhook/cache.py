@@ -26,9 +26,10 @@ from podtailor.kube.fields import limit_range
 from podtailor.kube.listing import Listing, list_raw
 from podtailor.resize.changes import Constraints
 from podtailor.resize.types import LimitRangeView
+from podtailor.vpa import target_key
 from updater.kube.fields import MalformedObject, Obj
 from updater.kube.informer import Informer
-from updater.kube.objects import convert_hpa, convert_vpa, merge_by_namespace, vpa_target_key
+from updater.kube.objects import convert_hpa, convert_vpa, merge_by_namespace
 from updater.kube.quotas import convert_quota
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
 from updater.policy.types import QuotaView, WorkloadTarget
@@ -82,7 +83,7 @@ def _vpas(objs: Iterable[Obj]) -> tuple[dict[WorkloadKey, WorkloadTarget], dict[
     broken: dict[WorkloadKey, str] = {}
     ordered = sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("name", "")))
     for obj in ordered:
-        key = vpa_target_key(obj)
+        key = target_key(obj)
         if key in targets or key in broken:
             log.warning("two VPAs target one workload; the first by name wins",
                         extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}"})
@@ -130,7 +131,7 @@ def needed_namespaces(vpas: Iterable[Obj]) -> dict[str, set[str]]:
     """Kind -> namespaces where it must be listed, from the VPAs' target kinds."""
     out: dict[str, set[str]] = {kind: set() for kind in KINDS[1:]}
     for obj in vpas:
-        ns, kind, _ = vpa_target_key(obj)
+        ns, kind, _ = target_key(obj)
         out["LimitRange"].add(ns)
         out["ResourceQuota"].add(ns)
         out["HorizontalPodAutoscaler"].add(ns)

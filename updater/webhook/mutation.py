@@ -31,11 +31,10 @@ from podtailor.resize.changes import Constraints, container_change, get, is_noop
 from podtailor.resize.types import ContainerChange, ContainerTarget, ContainerView
 from podtailor.resources import Resources
 from podtailor.units import format_cpu, format_memory
+from podtailor.vpa import ADMISSION_MODES
 from updater.policy.quota import Subject, exceeded, spec_usage
 from updater.policy.types import QuotaView, WorkloadTarget
 
-ADMISSION_MODES = frozenset({"Initial", "Recreate", "InPlaceOrRecreate", "InPlace", "Auto"})
-"""Update modes that set resources at admission; ``Off`` only recommends."""
 MAX_SUMMARY_CHARS = 512
 """Bound of the ``podtailor.io/admitted-resources`` annotation (many containers must not bloat the pod)."""
 
