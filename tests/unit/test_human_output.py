@@ -15,7 +15,7 @@ import re
 import sys
 from functools import cache
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -92,8 +92,8 @@ def _plan_output(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
     plan = run([pod(containers=[container(cpu=500, mem=GI)])], [wtarget(ctarget(cpu=574, mem=ODD_BYTES))])
     assert plan.decisions[0].changes, plan.decisions[0]
 
-    def build_executor(args: argparse.Namespace, metrics: Any = None) -> tuple[_Executor, None, None]:
-        return _Executor(plan), None, None
+    def build_executor(args: argparse.Namespace, metrics: Any = None) -> SimpleNamespace:
+        return SimpleNamespace(executor=_Executor(plan))  # cmd_plan reads only the wiring's executor
 
     monkeypatch.setattr(updater_main, "build_executor", build_executor)
     monkeypatch.setenv("COLUMNS", "250")
