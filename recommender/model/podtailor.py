@@ -294,11 +294,12 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                 f"(-{down:.0%} .. +{up:.0%} of the current request)")
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
-                  current: CurrentResources) -> Recommendation:
+                  current: CurrentResources) -> tuple[Recommendation, ContainerState]:
         if not isinstance(state, PodtailorState):
             raise TypeError("podtailor strategy needs a PodtailorState")
+        state = state.successor()  # noted, calibrated and margin-held below; the given state stays as it was
         if state.first_sample_s is None and not state.oom_bumps:
-            return no_recommendation("no history")
+            return no_recommendation("no history"), state
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
         state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
@@ -322,7 +323,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
                             reasons=reasons + r_kept + missing)
-        return finalize(estimate, policy=policy, current=current)
+        return finalize(estimate, policy=policy, current=current), state
 
 
 def _floored(name: str, est: ResourceEstimate | None, floor: float,

@@ -14,6 +14,7 @@ wanted more, not an estimate of the true demand.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -372,6 +373,12 @@ class PodtailorState(SeenSpan):
         self.pending_cpu_s = 0.0
         """The time they stand for (samples x interval, including samples dropped beyond a day), at most
         ``PENDING_WEIGHT_MAX_S``: the weight of the next calibration step."""
+
+    def successor(self) -> PodtailorState:
+        """A copy for ``recommend`` to note the applied values, calibrate and hold the margin on, so that the
+        state it is given stays as it was. The histories (which ``recommend`` only reads) are shared, not copied
+        (a deep copy costs more than the recommendation): the caller goes on with the successor only."""
+        return copy.copy(self)
 
     def note_applied(self, values: list[int | None], now_s: float) -> float | None:
         """Record the applied values seen at ``now_s``; the time they were first seen (None: unknown)."""

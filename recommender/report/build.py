@@ -198,8 +198,8 @@ def _recommend(workload: Workload, batches: Mapping[ContainerKey, UsageBatch], s
         if batch is not None:
             state = strategy.new_state()
             state.add(batch)
-            rec = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(containers_in_pod=in_pod),
-                                     current=spec.current)
+            rec, _ = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(containers_in_pod=in_pod),
+                                        current=spec.current)
         recs.append(rec)
         found.append(batch)
     return _Parts(specs=workload.containers, recs=tuple(recs), batches=tuple(found))
