@@ -10,7 +10,7 @@ containers get low percentiles, flat ones high ones); the price is per container
 whole fleet), between
 ``cpu_min_request_percentile`` and ``cpu_max_request_percentile``; both prices (CPU and OOM) are divided by
 the risk setting ``risk`` (1 by default). When the caller says what fleet the container is in
-(``ContainerPolicy.fleet``, a ``FleetScale``: the engine and the backtest do; the report does not), both
+(``ContainerPolicy.fleet``, a ``FleetScale``: the engine, the report and the backtest do), both
 prices are in units of the fleet's mean size instead (``cpu_over_request_cost_fleet_ratio`` x the fleet's mean p95,
 ``memory_oom_cost_fleet_hours`` x its mean peak, at least ``memory_oom_cost_min_peak_hours`` of the container's
 own peak): every container pays the same for an overrun, so one larger
