@@ -17,7 +17,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -233,6 +233,7 @@ def run_report(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
              progress: _Progress) -> tuple[int, Report | None]:
     from podtailor.kube.errors import KubeError
+    from recommender.model.types import ContainerKey, ContainerState, UsageBatch
     from recommender.recommend import fleet_of
     from recommender.report.build import BuildConfig, Recommending, assemble, fold, workload_reports
     from recommender.report.discovery import Discovery, Filters
@@ -260,14 +261,14 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
     groups = namespace_groups(inventory.workloads, args.read_groups)
     progress.stage(f"reading usage history and recommending for {len(inventory.workloads)} workloads",
                    total=len(inventory.workloads))
-    batches: dict[Any, Any] = {}
-    states: dict[Any, Any] = {}
+    batches: dict[ContainerKey, UsageBatch] = {}
+    states: dict[ContainerKey, ContainerState] = {}
     # One thread reads group i + 1 while this one folds group i into its states: Prometheus and the model work
     # at the same time. Reads stay one after another (one source, one pass at a time), and a failed read of
     # any group fails the report, as a failed single read does: nothing half-read is printed. Recommending
     # waits for the last group: the fleet is that of every container, as the engine's (``recommend.py``).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-read") as reader:
-        def read(names: tuple[str, ...]) -> Future[Any]:
+        def read(names: tuple[str, ...]) -> Future[Mapping[ContainerKey, UsageBatch]]:
             return reader.submit(source.history, names, start, end)
 
         pending = read(groups[0])
