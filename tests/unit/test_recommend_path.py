@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from recommender.engine import EngineConfig, RecommenderEngine
 from recommender.kube.cluster import Workload, containers_of
-from recommender.kube.vpa_objects import TargetRef, VpaSpec
+from recommender.kube.vpa_objects import TargetRef
 from recommender.metrics import RecommenderMetrics
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerKey, Samples, UsageBatch
@@ -25,6 +25,7 @@ from recommender.recommend import fleet_of
 from recommender.report.build import BuildConfig, Recommending, assemble, build_report, recommending, workload_reports
 from recommender.report.discovery import assemble as discover
 from recommender.report.types import Inventory, Report
+from tests.builders.engine import StatusStore
 
 NOW = 1_700_000_000.0
 HOUR = 3600.0
@@ -82,11 +83,8 @@ BATCHES = {ContainerKey(namespace=NS, workload_kind="Deployment", workload_name=
            for i, ((w, c), size) in enumerate(sorted(SIZES.items()))}
 
 
-class Store:
+class Store(StatusStore):
     """The engine's VPA store over the raw objects above; status writes kept per VPA."""
-
-    def __init__(self) -> None:
-        self.status: dict[str, dict[str, Any]] = {}
 
     def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
         return list(VPAS)
@@ -96,17 +94,6 @@ class Store:
         return Workload(namespace=namespace, kind=ref.kind, name=ref.name,
                         containers=containers_of(obj["spec"]["template"]["spec"]))
 
-    def update_vpa_status(self, vpa: VpaSpec, build: Any, attempts: int = 4) -> bool:
-        new = build(self.status.get(vpa.name, {}))
-        if new is not None:
-            self.status[vpa.name] = new
-        return new is not None
-
-    def load_checkpoint(self, vpa: VpaSpec) -> dict[str, Any] | None:
-        return None
-
-    def save_checkpoint(self, vpa: VpaSpec, spec: dict[str, Any]) -> None:
-        pass
 
 
 class Source:
