@@ -1,12 +1,13 @@
 """One recommender pass: VPAs in, usage history folded into strategy state, VPA status out.
 
-Owns the pass and its failure rules, over narrow ports (a ``UsageSource``, a ``VpaStore``). Per pass it
-lists the VPAs this recommender serves, resolves each target workload, restores state from a checkpoint
-the first time (or loads the whole history window from the source), reads only new samples afterwards,
-grouped so the number of source requests does not grow with the number of VPAs, recommends per container
-and writes ``status`` when something changed. If the source fails, nothing is recomputed: the last good
-recommendation stays and a ``Stale`` condition says why. A container without history gets no target (never
-a zero or a floor). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
+Owns the pass and its failure rules, over narrow ports (a ``UsageSource``, a ``VpaStore``). Per pass it lists
+the VPAs this recommender serves, resolves each target workload, restores state from a checkpoint the first
+time (or loads the whole history window from the source), reads only new samples afterwards, grouped so the
+number of source requests does not grow with the number of VPAs, recommends per workload
+(``recommend.recommend_workload``, the path ``report`` and ``backtest`` take too, with the fleet of every
+served container) and writes ``status`` when something changed. If the source fails, nothing is recomputed:
+the last good recommendation stays and a ``Stale`` condition says why. A container without history gets no
+target (never a zero or a floor). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
 ``podtailor.io/risk`` annotation is served by the strategy at that risk setting (``strategy_at_risk``, one
 strategy per distinct value, in a small cache); the state is the same whatever the risk (it prices only the
 recommendation), so a changed annotation takes effect at the next pass without reloading history. An unusable
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from podtailor.vpa import TargetRef
@@ -27,6 +28,7 @@ from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity,
 from recommender.kube.vpa_status import build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
+from recommender.recommend import fleet_of, has_target, recommend_workload
 from recommender.sources.errors import PartialSourceError
 
 log = logging.getLogger("podtailor.recommender")
@@ -184,7 +186,7 @@ class RecommenderEngine:
                     if m.spec.namespace not in failed:
                         self._fold(m, batches)
                 reads.append((members, failed, message))  # the batches themselves are not kept
-            fleet = self.strategy.fleet_scale([st for e in entries for st in e.states.values()], now_s)
+            fleet = fleet_of(self.strategy, [st for e in entries for st in e.states.values()], now_s)
             written = stale = 0
             recs: dict[tuple[str, str, str], Recommendation] = {}
             for members, failed, message in reads:
@@ -237,16 +239,11 @@ class RecommenderEngine:
     def _serve(self, entry: Served, end_s: float, now_s: float, recs: dict[tuple[str, str, str], Recommendation],
                fleet: FleetScale | None) -> int:
         spec, workload = entry.spec, entry.workload
-        strategy = self._strategy_for(entry)
-        out: dict[str, Recommendation] = {}
-        for c in workload.containers:
-            policy = replace(spec.policy_for(c.name, len(workload.containers)), fleet=fleet)
-            if policy.mode_off:
-                continue
-            rec = strategy.recommend(entry.states[c.name], now_s=now_s, policy=policy, current=c.current)
-            if rec.target.cpu_millicores is not None or rec.target.memory_bytes is not None:
-                out[c.name] = rec
-                recs[(spec.namespace, spec.name, c.name)] = rec
+        done = recommend_workload(self._strategy_for(entry), workload.containers, entry.states, vpa=spec,
+                                  fleet=fleet, now_s=now_s)
+        entry.states = dict(done.states)
+        out = {name: rec for name, rec in done.recommendations.items() if has_target(rec)}
+        recs.update(((spec.namespace, spec.name, name), rec) for name, rec in out.items())
         entry.history_until_s = end_s
         wrote = self.store.update_vpa_status(spec, lambda status: build_status(
             status, spec.generation, out, [c.name for c in workload.containers]))

@@ -259,7 +259,7 @@ def replay(url: str, queries: Mapping[str, RangeQuery], all_shapes: Sequence[Sha
                              memory_pod_index=index))
         policy = ContainerPolicy(containers_in_pod=n_containers[key[0]])
         out[key] = Replayed(recommendation=strategy.recommend(state, now_s=now_s, policy=policy,
-                                                              current=CurrentResources()),
+                                                              current=CurrentResources())[0],
                             confidence_days=state.confidence_days(strategy.params))
     return out
 

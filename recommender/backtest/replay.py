@@ -28,7 +28,6 @@ from podtailor.resources import CurrentResources, Resources
 from recommender.backtest.trace import Series
 from recommender.model.common import fleet_from_samples
 from recommender.model.types import (
-    ContainerPolicy,
     ContainerState,
     FleetScale,
     FloatArray,
@@ -38,6 +37,7 @@ from recommender.model.types import (
     Strategy,
     UsageBatch,
 )
+from recommender.recommend import PlainContainer, recommend_workload
 
 IntArray = np.ndarray
 
@@ -188,11 +188,11 @@ class _Feed:
                           memory_interval_s=interval, oom_kills=kills, cpu_throttled_fraction=th)
 
 
-def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | None = None,
-           policy: ContainerPolicy | None = None) -> Plan:
-    """Replay ``series`` online under ``strategy`` (module docstring); the applied values per step."""
+def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | None = None) -> Plan:
+    """Replay ``series`` online under ``strategy`` (module docstring); the applied values per step. Each step
+    recommends as the recommender does (``recommend_workload``): one container alone in its pod, no VPA (the
+    default container policy), the fleet ``cfg.fleet``."""
     grid = grid or make_grid(series, cfg)
-    policy = policy or ContainerPolicy(fleet=cfg.fleet)
     n = grid.steps
     out = np.empty((5, n), dtype=np.float64)
     cur = start_resources(series, grid, cfg)
@@ -204,7 +204,11 @@ def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | N
             if batch is not None:
                 state.add(batch)
         if state.first_sample_s is not None:
-            new = apply(strategy.recommend(state, now_s=float(grid.edges_s[h]), policy=policy, current=cur), cur)
+            container = PlainContainer(name=series.series_id, current=cur)
+            done = recommend_workload(strategy, [container], {container.name: state}, vpa=None, fleet=cfg.fleet,
+                                      now_s=float(grid.edges_s[h]))
+            state = done.states[container.name]
+            new = apply(done.recommendations[container.name], cur)
             out[4, h] = float(new != cur)
             cur = new
         else:

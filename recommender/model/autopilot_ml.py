@@ -229,11 +229,11 @@ class AutopilotMlStrategy(StrategyBase[AutopilotMlParams, AutopilotMlState]):
         return ratio > 1.0 + self.params.resize_up_fraction or ratio < 1.0 - self.params.resize_down_fraction
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
-                  current: CurrentResources) -> Recommendation:
+                  current: CurrentResources) -> tuple[Recommendation, ContainerState]:
         if not isinstance(state, AutopilotMlState):
             raise TypeError("autopilot-ml strategy needs an AutopilotMlState")
         if state.first_sample_s is None and not state.oom_bumps:
-            return no_recommendation("no history")
+            return no_recommendation("no history"), state
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cpu = self._estimate(state.cpu, prm.pod_min_cpu_millicores / 1000.0 / n)
         memory = self._estimate(state.memory, prm.pod_min_memory_mib * MIB / n, state.oom_floor(now_s))
@@ -248,7 +248,7 @@ class AutopilotMlStrategy(StrategyBase[AutopilotMlParams, AutopilotMlState]):
         known = [c for c, e in ((state.cpu_seen.days(), cpu), (state.memory_seen.days(), memory)) if e is not None]
         confidence = min(min(known, default=0.0) / prm.confidence_full_days, 1.0)
         return finalize(Estimate(cpu=cpu, memory=memory, confidence=confidence, reasons=reasons + missing),
-                        policy=policy, current=current)
+                        policy=policy, current=current), state
 
 
 def _held(est: ResourceEstimate | None, request: float | None) -> ResourceEstimate | None:

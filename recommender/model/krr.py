@@ -169,11 +169,11 @@ class KrrSimpleStrategy(StrategyBase[KrrParams, KrrState]):
         return with_floor(est, self.params.memory_min_mib * MIB), points
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
-                  current: CurrentResources) -> Recommendation:
+                  current: CurrentResources) -> tuple[Recommendation, ContainerState]:
         if not isinstance(state, KrrState):
             raise TypeError("krr-simple strategy needs a KrrState")
         if state.first_sample_s is None:
-            return no_recommendation("no history")
+            return no_recommendation("no history"), state
         cpu, cpu_points = self._cpu(state, now_s)
         memory, memory_points = self._memory(state, now_s)
         need = self.params.points_required
@@ -183,4 +183,4 @@ class KrrSimpleStrategy(StrategyBase[KrrParams, KrrState]):
         estimate = Estimate(cpu=cpu, memory=memory, confidence=min(confidence, 1.0), reasons=reasons,
                             cpu_step_millicores=self.params.cpu_round_millicores,
                             memory_step_bytes=self.params.memory_round_bytes)
-        return finalize(estimate, policy=policy, current=current)
+        return finalize(estimate, policy=policy, current=current), state

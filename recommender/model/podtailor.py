@@ -12,7 +12,7 @@ margin), by default the priced level of the window's hourly peaks (``memory_pric
 the margin per container from the jumps of its hourly peaks (``memory_margin``, ``peaks.jump_margin``), held
 between memory moves so that it never moves a target by itself. Both prices are divided by the risk setting;
 relative to the fleet when the caller says what fleet the container is in (``ContainerPolicy.fleet``: the
-engine and the backtest do, the report does not; ``fleet_scale`` computes it from the states). The memory
+engine, the report and the backtest do; ``fleet_scale`` computes it from the states). The memory
 target is floored by recent OOM bumps (``oom``) capped at maxAllowed (the bump never enters the histogram, so a
 cap cannot feed itself: VPA #9521). With thin history (``confidence``) a request is never lowered below the
 current one; both are floored at the pod's minimum split over its containers (``floors``). Resizes: a resource
@@ -262,11 +262,12 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                 f"(-{down:.0%} .. +{up:.0%} of the current request)")
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
-                  current: CurrentResources) -> Recommendation:
+                  current: CurrentResources) -> tuple[Recommendation, ContainerState]:
         if not isinstance(state, PodtailorState):
             raise TypeError("podtailor strategy needs a PodtailorState")
+        state = state.successor()  # noted, calibrated and margin-held below; the given state stays as it was
         if state.first_sample_s is None and not state.oom_bumps:
-            return no_recommendation("no history")
+            return no_recommendation("no history"), state
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
         state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
@@ -290,7 +291,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         confidence = min(min(known, default=0.0) / prm.confidence.full_days, 1.0)
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
                             reasons=reasons + r_kept + missing)
-        return finalize(estimate, policy=policy, current=current)
+        return finalize(estimate, policy=policy, current=current), state
 
 
 def _floored(name: str, est: ResourceEstimate | None, floor: float,

@@ -10,6 +10,7 @@ and the checkpoint of all of it (``STATE_VERSION``; fields added later are optio
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,12 @@ class PodtailorState(SeenSpan):
         self.pending_cpu_s = 0.0
         """The time they stand for (samples x interval, including samples dropped beyond a day), at most
         ``PENDING_WEIGHT_MAX_S``: the weight of the next calibration step."""
+
+    def successor(self) -> PodtailorState:
+        """A copy for ``recommend`` to note the applied values, calibrate and hold the margin on, so that the
+        state it is given stays as it was. The histories (which ``recommend`` only reads) are shared, not copied
+        (a deep copy costs more than the recommendation): the caller goes on with the successor only."""
+        return copy.copy(self)
 
     def note_applied(self, values: list[int | None], now_s: float) -> float | None:
         """Record the applied values seen at ``now_s``; the time they were first seen (None: unknown)."""

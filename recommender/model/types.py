@@ -190,7 +190,12 @@ class Strategy(Protocol):
     def restore(self, checkpoint: dict[str, Any]) -> ContainerState: ...
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
-                  current: CurrentResources) -> Recommendation: ...
+                  current: CurrentResources) -> tuple[Recommendation, ContainerState]:
+        """The recommendation for the container whose history ``state`` holds, and its state after it (what a
+        strategy remembers from recommending: podtailor notes the applied values, calibrates its CPU level and
+        holds its memory margin). ``state`` itself is not changed; the returned one may share the parts it did
+        not change with it, so callers go on with the returned state (fold new batches into that one only)."""
+        ...
 
     def parameters(self) -> dict[str, Any]: ...
 

@@ -249,11 +249,11 @@ class VpaStrategy(StrategyBase[VpaParams, VpaState]):
                 "memory_buckets": VPA_MEMORY_BUCKETS.to_dict(), "num_buckets": VPA_CPU_BUCKETS.num_buckets}
 
     def recommend(self, state: ContainerState, *, now_s: float, policy: ContainerPolicy,
-                  current: CurrentResources) -> Recommendation:
+                  current: CurrentResources) -> tuple[Recommendation, ContainerState]:
         if not isinstance(state, VpaState):
             raise TypeError("vpa strategy needs a VpaState")
         if state.cpu.is_empty() and state.memory.hist.is_empty():
-            return no_recommendation("no history")
+            return no_recommendation("no history"), state
         c = state.confidence_days(self.params)
         n = max(policy.containers_in_pod, 1)
         cpu = _estimate(state.cpu, self.params, c, unit=1000.0, pod_min_units=self.params.pod_min_cpu_millicores,
@@ -263,4 +263,4 @@ class VpaStrategy(StrategyBase[VpaParams, VpaState]):
         reasons = tuple(f"no {r} history" for r, e in (("cpu", cpu), ("memory", memory)) if e is None)
         confidence = float(np.clip(c / self.params.confidence_full_days, 0.0, 1.0))
         return finalize(Estimate(cpu=cpu, memory=memory, confidence=confidence, reasons=reasons),
-                        policy=policy, current=current)
+                        policy=policy, current=current), state

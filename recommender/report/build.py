@@ -1,10 +1,19 @@
 """The report's pure core: inventory + usage batches + strategy + price sheet in, one ``Report`` out.
 
-Owns the per-container recommendation (the strategy's ``new_state``/``add``/``recommend``, exactly as the
-recommender engine calls them: one state per workload container, ``containers_in_pod`` = regular containers
-plus native sidecars, the template's requests and limits as ``current``), what the updater would write
-(``disruption.planned``), the usage distribution behind each chart, the monthly cost, the risk flags, the
-disruption column and the summaries by namespace, node pool and in total.
+Owns the report's side of the recommendation, which is the recommender's own: ``fold`` gives each regular
+container and native sidecar with history a new state holding the window (what the engine builds on its
+first pass, before any checkpoint), the fleet is that of all of them (``recommend.fleet_of``, once every read
+group is folded, so the report does not depend on ``--read-groups``), and each workload is recommended by
+``recommend.recommend_workload`` with its VPA's container policy (minAllowed/maxAllowed, controlled
+resources and values, mode) and risk annotation, or the default policy where no VPA targets it (the
+workload's ``vpa`` is then None and a warning counts such workloads). The report is a read-only sink: it
+keeps the recommendations and writes nothing. Plain init containers get none (the recommender writes none
+for them). It also owns what the updater would write (``disruption.planned``), the usage distribution behind
+each chart, the monthly cost, the risk flags, the disruption column and the summaries by namespace, node
+pool and in total. What the report does not know, and ``run`` does: a checkpoint's older history (the report
+reads ``--history`` only) and the applied values a running recommender has seen change (podtailor's
+decrease dwell starts unknown), so against a long-running recommender a decrease may show before ``run``
+writes it.
 
 Cost rules: a container costs its requests (an unset request costs nothing, as in OpenCost's request-based
 allocation) times the workload's pod-hours per month at its node pool's prices. Pod-hours per month are
@@ -26,15 +35,18 @@ import numpy as np
 from podtailor.resize import changes as ch
 from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, QoS
 from podtailor.resources import CurrentResources, Resources
+from recommender.kube.served import VpaSpec
 from recommender.model.types import (
     ContainerKey,
-    ContainerPolicy,
+    ContainerState,
+    FleetScale,
     FloatArray,
     Recommendation,
     Samples,
     Strategy,
     UsageBatch,
 )
+from recommender.recommend import fleet_of, recommend_workload, strategy_for
 from recommender.report import disruption as dis
 from recommender.report.pricing import PriceSheet, monthly_cost
 from recommender.report.types import (
@@ -187,22 +199,57 @@ class _Parts:
     batches: tuple[UsageBatch | None, ...]
 
 
-def _recommend(workload: Workload, batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy,
-               now_s: float) -> _Parts:
-    in_pod = max(1, sum(1 for c in workload.containers if c.role != Role.INIT))
-    recs, found = [], []
-    for spec in workload.containers:
-        batch = batches.get(ContainerKey(namespace=workload.namespace, workload_kind=workload.kind,
-                                         workload_name=workload.name, container=spec.name))
-        rec = None
-        if batch is not None:
-            state = strategy.new_state()
-            state.add(batch)
-            rec = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(containers_in_pod=in_pod),
-                                     current=spec.current)
-        recs.append(rec)
-        found.append(batch)
-    return _Parts(specs=workload.containers, recs=tuple(recs), batches=tuple(found))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommending:
+    """What the report recommends from, as the engine does: the strategy (at a VPA's risk annotation where
+    ``at_risk`` can build it), every served container's state and the fleet of all of them."""
+
+    strategy: Strategy
+    states: Mapping[ContainerKey, ContainerState]
+    fleet: FleetScale | None
+    at_risk: Callable[[float], Strategy] | None = None
+
+
+def _key(workload: Workload, container: str) -> ContainerKey:
+    return ContainerKey(namespace=workload.namespace, workload_kind=workload.kind, workload_name=workload.name,
+                        container=container)
+
+
+def _served(workload: Workload) -> tuple[ContainerSpec, ...]:
+    """The containers the recommender writes a recommendation for: regular ones and native sidecars."""
+    return tuple(c for c in workload.containers if c.role != Role.INIT)
+
+
+def fold(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch],
+         strategy: Strategy) -> dict[ContainerKey, ContainerState]:
+    """A new state per served container with history, the batch folded in (the engine's first pass)."""
+    out: dict[ContainerKey, ContainerState] = {}
+    for w in workloads:
+        for c in _served(w):
+            batch = batches.get(_key(w, c.name))
+            if batch is not None:
+                state = out[_key(w, c.name)] = strategy.new_state()
+                state.add(batch)
+    return out
+
+
+def recommending(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy,
+                 now_s: float, at_risk: Callable[[float], Strategy] | None = None) -> Recommending:
+    """The states of ``workloads`` and their fleet (``recommend.fleet_of`` over all of them)."""
+    states = fold(workloads, batches, strategy)
+    return Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now_s),
+                        at_risk=at_risk)
+
+
+def _recommend(workload: Workload, vpa: VpaSpec | None, batches: Mapping[ContainerKey, UsageBatch],
+               inputs: Recommending, now_s: float) -> _Parts:
+    served = _served(workload)
+    states = {c.name: inputs.states[_key(workload, c.name)] for c in served if _key(workload, c.name) in inputs.states}
+    done = recommend_workload(strategy_for(vpa, inputs.strategy, inputs.at_risk), served, states, vpa=vpa,
+                              fleet=inputs.fleet, now_s=now_s)
+    return _Parts(specs=workload.containers,
+                  recs=tuple(done.recommendations.get(c.name) for c in workload.containers),
+                  batches=tuple(batches.get(_key(workload, c.name)) for c in workload.containers))
 
 
 def _pool(workload: Workload, inv: Inventory) -> str:
@@ -246,8 +293,9 @@ def _risks(workload: Workload, containers: tuple[ContainerReport, ...], qos: QoS
 
 
 def workload_report(workload: Workload, inv: Inventory, batches: Mapping[ContainerKey, UsageBatch],
-                    strategy: Strategy, cfg: BuildConfig) -> WorkloadReport:
-    parts = _recommend(workload, batches, strategy, cfg.now_s)
+                    inputs: Recommending, cfg: BuildConfig) -> WorkloadReport:
+    vpa = inv.vpas.get(workload.key)
+    parts = _recommend(workload, vpa, batches, inputs, cfg.now_s)
     hpa = inv.hpa_resources.get(workload.key, frozenset())
     cons = ch.Constraints(limit_range=inv.limit_ranges.get(workload.namespace), hpa_resources=hpa)
     pool = _pool(workload, inv)
@@ -273,7 +321,8 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
         running_pods=len(workload.pods), pod_hours_per_month=float(hours), containers=reports,
         qos_current=qos_now.value, qos_planned=_qos(c.planned for c in containers).value,
         disruption=outcome.disruption, disruption_reason=outcome.reason, disruption_message=outcome.message,
-        risks=_risks(workload, reports, qos_now, hpa), cost=sum((c.cost for c in reports), Cost()))
+        risks=_risks(workload, reports, qos_now, hpa), cost=sum((c.cost for c in reports), Cost()),
+        vpa=None if vpa is None else vpa.name)
 
 
 def _group(items: Iterable[WorkloadReport], key: Callable[[WorkloadReport], str]) -> tuple[GroupSummary, ...]:
@@ -290,16 +339,14 @@ def _summary(name: str, members: Iterable[WorkloadReport]) -> GroupSummary:
 
 
 def workload_reports(inv: Inventory, workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch],
-                     strategy: Strategy, cfg: BuildConfig, *,
+                     inputs: Recommending, cfg: BuildConfig, *,
                      progress: Callable[[int], None] | None = None) -> list[WorkloadReport]:
-    """The reports of ``workloads`` (of ``inv``), in key order; ``progress(n)`` is called after each one. The
-    report command calls it once per group of namespaces, while the next group's history is read. No fleet is
-    given to the strategy (``ContainerPolicy.fleet`` stays None): the whole fleet is known only once every
-    group is read, and a fleet per group would make the report depend on ``--read-groups``; so podtailor
-    prices per container here, where the recommender prices relative to the containers it serves."""
+    """The reports of ``workloads`` (of ``inv``), in key order; ``progress(n)`` is called after each one.
+    ``inputs`` holds the states of every workload of the report and their fleet, whichever part of them
+    ``workloads`` is, so a report does not depend on how its reads were grouped (``--read-groups``)."""
     out = []
     for w in sorted(workloads, key=lambda w: w.key):
-        out.append(workload_report(w, inv, batches, strategy, cfg))
+        out.append(workload_report(w, inv, batches, inputs, cfg))
         if progress is not None:
             progress(1)
     return out
@@ -309,13 +356,18 @@ def assemble(inv: Inventory, items: Iterable[WorkloadReport], cfg: BuildConfig) 
     """The ``Report`` over ``items`` (one per workload, in any order): sorted by key, summed per namespace,
     node pool and in total."""
     ordered = tuple(sorted(items, key=lambda w: (w.namespace, w.kind, w.name)))
+    without = sum(1 for w in ordered if w.vpa is None)
+    warnings = inv.warnings + ((f"{without} of {len(ordered)} workloads have no VPA: recommended with the default "
+                                "container policy (no minAllowed/maxAllowed, cpu and memory, RequestsAndLimits)",)
+                               if without else ())
     return Report(generated_s=cfg.now_s, start_s=cfg.start_s, end_s=cfg.end_s, strategy=cfg.strategy_name,
                   settings=dict(cfg.settings), prices=cfg.prices.describe(), workloads=ordered,
                   namespaces=_group(ordered, lambda w: w.namespace), pools=_group(ordered, lambda w: w.pool),
-                  total=_summary("total", ordered), warnings=inv.warnings, api_requests=inv.api_requests)
+                  total=_summary("total", ordered), warnings=warnings, api_requests=inv.api_requests)
 
 
 def build_report(inv: Inventory, batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy, cfg: BuildConfig,
                  *, progress: Callable[[int], None] | None = None) -> Report:
     """The report over every workload of the inventory; ``progress(n)`` is called after each workload."""
-    return assemble(inv, workload_reports(inv, inv.workloads, batches, strategy, cfg, progress=progress), cfg)
+    inputs = recommending(inv.workloads, batches, strategy, cfg.now_s)
+    return assemble(inv, workload_reports(inv, inv.workloads, batches, inputs, cfg, progress=progress), cfg)

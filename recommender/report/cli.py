@@ -3,8 +3,9 @@
 Owns ``add_report_parser(subparsers)`` and ``run_report(args)``. The run is read-only: discovery lists
 workloads (``discovery``), batched history reads cover the namespaces they are in (the recommender's
 ``PrometheusSource``, so the request count does not grow with the number of workloads: one read per group of
-namespaces, ``--read-groups``, the next group read while the pure builder recommends for the one before),
-the builder's pieces are assembled into one ``Report``, and one printer writes it to stdout or
+namespaces, ``--read-groups``, the next group read while the one before is folded into states), the builder
+recommends once every group is in (the fleet is that of all of them, as the engine's), its pieces are
+assembled into one ``Report``, and one printer writes it to stdout or
 ``--output-file``. A progress bar (rich) goes to
 stderr when stderr is a terminal; with a machine format nothing but the report reaches stdout.
 """
@@ -16,7 +17,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,14 @@ from prometheus_client import CollectorRegistry
 
 from podtailor.nodepool import POOL_LABEL_KEYS
 from podtailor.runtime.cli import UsageError, add_kube_flags, add_logging_flags, duration_s, kube_client
-from recommender.cli import add_prometheus_flags, add_risk_flag, build_strategy, history_plan, prometheus_config
+from recommender.cli import (
+    add_prometheus_flags,
+    add_risk_flag,
+    build_strategy,
+    history_plan,
+    prometheus_config,
+    strategy_at_risk,
+)
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
 from recommender.report import render
 from recommender.report.types import KINDS, Report, Workload
@@ -63,8 +71,10 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "report", help="dry-run recommendations, cost review and disruption preview (read-only)",
         description="Recommend requests and limits for every workload from its usage history, price them and "
-                    "show what applying them would disrupt. Read-only: needs list access to workloads, pods, "
-                    "nodes, HPAs and LimitRanges, and Prometheus; no CRD or in-cluster component.",
+                    "show what applying them would disrupt, as the recommender would: with the fleet of every "
+                    "workload reported and each workload's VPA container policy (the default policy where none "
+                    "targets it). Read-only: needs list access to workloads, pods, nodes, HPAs, LimitRanges "
+                    "and VPAs (optional), and Prometheus; no CRD or in-cluster component.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_kube_flags(p)
     add_prometheus_flags(p)
@@ -223,7 +233,9 @@ def run_report(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
              progress: _Progress) -> tuple[int, Report | None]:
     from podtailor.kube.errors import KubeError
-    from recommender.report.build import BuildConfig, assemble, workload_reports
+    from recommender.model.types import ContainerKey, ContainerState, UsageBatch
+    from recommender.recommend import fleet_of
+    from recommender.report.build import BuildConfig, Recommending, assemble, fold, workload_reports
     from recommender.report.discovery import Discovery, Filters
     from recommender.sources.errors import SourceError
     from recommender.sources.prometheus import PrometheusSource
@@ -249,23 +261,25 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
     groups = namespace_groups(inventory.workloads, args.read_groups)
     progress.stage(f"reading usage history and recommending for {len(inventory.workloads)} workloads",
                    total=len(inventory.workloads))
-    items: list[Any] = []
-    # One thread reads group i + 1 while this one recommends for group i: Prometheus and the model work at
-    # the same time. Reads stay one after another (one source, one pass at a time), and a failed read of
-    # any group fails the report, as a failed single read does: nothing half-read is printed.
+    batches: dict[ContainerKey, UsageBatch] = {}
+    states: dict[ContainerKey, ContainerState] = {}
+    # One thread reads group i + 1 while this one folds group i into its states: Prometheus and the model work
+    # at the same time. Reads stay one after another (one source, one pass at a time), and a failed read of
+    # any group fails the report, as a failed single read does: nothing half-read is printed. Recommending
+    # waits for the last group: the fleet is that of every container, as the engine's (``recommend.py``).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-read") as reader:
-        def read(names: tuple[str, ...]) -> Future[Any]:
+        def read(names: tuple[str, ...]) -> Future[Mapping[ContainerKey, UsageBatch]]:
             return reader.submit(source.history, names, start, end)
 
         pending = read(groups[0])
         try:
             for i, names in enumerate(groups):
-                batches = pending.result()
+                group = pending.result()
                 if i + 1 < len(groups):
                     pending = read(groups[i + 1])
                 inside = set(names)
-                items += workload_reports(inventory, (w for w in inventory.workloads if w.namespace in inside),
-                                          batches, strategy, cfg, progress=progress.advance)
+                states.update(fold((w for w in inventory.workloads if w.namespace in inside), group, strategy))
+                batches.update(group)
         except SourceError as err:
             print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
             return EXIT_FAILED, None
@@ -275,6 +289,9 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
             source.close()
     from dataclasses import replace
 
+    inputs = Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now),
+                          at_risk=strategy_at_risk(args))
+    items = workload_reports(inventory, inventory.workloads, batches, inputs, cfg, progress=progress.advance)
     report = replace(assemble(inventory, items, cfg), prometheus_requests=source.request_count)
     if not any(c.usage is not None for w in report.workloads for c in w.containers):
         print(f"error: empty result: Prometheus at {prom.base_url} has no usage history for any of the "

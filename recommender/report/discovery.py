@@ -2,16 +2,18 @@
 
 Owns every call the report makes to the API server. ``Discovery.read`` lists Deployments, StatefulSets,
 DaemonSets, CronJobs, Jobs, ReplicaSets, running Pods, Argo Rollouts (when ``argoproj.io`` serves them),
-Nodes, autoscaling/v2 HPAs and LimitRanges, each as raw JSON in pages (``podtailor.kube.listing``, without
-its request timeout: a one-off read waits as long as the API server takes), never one call per workload.
-It then keeps the top-level workloads (Jobs owned by a CronJob, ReplicaSets owned by a Deployment or
-Rollout and pods with a controller are part of their owner), applies the kind and label-selector filters,
-and attaches each workload's running pods.
+Nodes, autoscaling/v2 HPAs, LimitRanges and VerticalPodAutoscalers, each as raw JSON in pages
+(``podtailor.kube.listing``, without its request timeout: a one-off read waits as long as the API server
+takes), never one call per workload. It then keeps the top-level workloads (Jobs owned by a CronJob,
+ReplicaSets owned by a Deployment or Rollout and pods with a controller are part of their owner), applies the
+kind and label-selector filters, and attaches each workload's running pods and the VPA that targets it (whose
+container policy the recommender follows; a VPA that cannot be served, or a second one for the same workload,
+is a warning).
 
 Failures become ``KubeError``s (``podtailor.kube.errors``): a 403 names the verb, resource, API group and
-scope that are missing. Two lists are optional: Rollouts (404: the CRD is not installed, so there are none;
-403: a warning) and Nodes (403: a warning, and node pools and allocatable are unknown; namespace-scoped
-read-only roles often lack them).
+scope that are missing. Three lists are optional: Rollouts and VPAs (404: the CRD is not installed, so there
+are none; 403: a warning, and every workload gets the default container policy) and Nodes (403: a warning,
+and node pools and allocatable are unknown; namespace-scoped read-only roles often lack them).
 """
 
 from __future__ import annotations
@@ -27,16 +29,21 @@ from podtailor.kube import fields
 from podtailor.kube.errors import KubeError, PermanentKubeError
 from podtailor.kube.listing import Listing, Obj, builtin_listings, custom_listing, list_raw
 from podtailor.resize.changes import limit_ranges_by_namespace
+from podtailor.vpa import GROUP as VPA_GROUP
+from podtailor.vpa import PLURAL as VPA_PLURAL
+from podtailor.vpa import VERSION as VPA_VERSION
+from recommender.kube.served import UnparsableVpa, VpaSpec, read_vpa
 from recommender.report import objects as ob
 from recommender.report.types import KINDS, Inventory, PodInfo, Workload, WorkloadKey
 
 TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job", "ReplicaSet", "Rollout")
 ROLLOUT = ("argoproj.io", "v1alpha1", "rollouts")
 LISTED = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Rollout", "Pod", "Node",
-          "HorizontalPodAutoscaler", "LimitRange")
+          "HorizontalPodAutoscaler", "LimitRange", "VerticalPodAutoscaler")
 """In this order (the progress bar names each)."""
-OPTIONAL = frozenset({"Rollout", "Node"})
-"""Kinds the report does without: a 403 is a warning, a 404 (Rollouts: the CRD is not installed) means none."""
+OPTIONAL = frozenset({"Rollout", "Node", "VerticalPodAutoscaler"})
+"""Kinds the report does without: a 403 is a warning, a 404 (Rollouts, VPAs: the CRD is not installed) means
+none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +56,9 @@ class Filters:
 
 
 def _listings(api: client.ApiClient) -> dict[str, Listing]:
-    every = {**builtin_listings(api), "Rollout": custom_listing(client.CustomObjectsApi(api), *ROLLOUT)}
+    custom = client.CustomObjectsApi(api)
+    every = {**builtin_listings(api), "Rollout": custom_listing(custom, *ROLLOUT),
+             "VerticalPodAutoscaler": custom_listing(custom, VPA_GROUP, VPA_VERSION, VPA_PLURAL)}
     return {kind: replace(every[kind], request_timeout=None) for kind in LISTED}
 
 
@@ -105,9 +114,7 @@ class Discovery:
             extra = {"field_selector": "status.phase=Running"} if kind == "Pod" else {}
             raw[kind] = self.list(kind, filters.namespaces, **extra)
         inventory = assemble(raw, requirements, kinds, filters.pool_label)
-        return Inventory(workloads=inventory.workloads, nodes=inventory.nodes, hpa_resources=inventory.hpa_resources,
-                         limit_ranges=inventory.limit_ranges, warnings=tuple(self.warnings),
-                         api_requests=self.requests)
+        return replace(inventory, warnings=(*self.warnings, *inventory.warnings), api_requests=self.requests)
 
 
 # --------------------------------------------------------------------------------------------- assembly
@@ -182,4 +189,28 @@ def assemble(raw: dict[str, list[Obj]], requirements: list[tuple[str, str, froze
         if found is not None:
             hpas[found[0]] = hpas[found[0]] | found[1]
     ranges = limit_ranges_by_namespace(fields.limit_range(obj, lenient=True) for obj in raw.get("LimitRange", []))
-    return Inventory(workloads=tuple(workloads), nodes=nodes, hpa_resources=dict(hpas), limit_ranges=ranges)
+    vpas, warnings = vpas_by_workload(raw.get("VerticalPodAutoscaler", []))
+    keys = {w.key for w in workloads}
+    return Inventory(workloads=tuple(workloads), nodes=nodes, hpa_resources=dict(hpas), limit_ranges=ranges,
+                     vpas={k: v for k, v in vpas.items() if k in keys}, warnings=warnings)
+
+
+def vpas_by_workload(items: list[Obj]) -> tuple[dict[WorkloadKey, VpaSpec], tuple[str, ...]]:
+    """The VPA targeting each workload (by namespace, target kind and name; of two, the first by name), and a
+    warning for each VPA that is left out: one the recommender cannot serve (its reason), or a second one."""
+    out: dict[WorkloadKey, VpaSpec] = {}
+    warnings: list[str] = []
+    for obj in sorted(items, key=lambda o: (str((o.get("metadata") or {}).get("namespace", "")),
+                                            str((o.get("metadata") or {}).get("name", "")))):
+        meta = obj.get("metadata") or {}
+        where = f"VPA {meta.get('namespace', '')}/{meta.get('name', '')}"
+        vpa = read_vpa(obj)
+        if isinstance(vpa, UnparsableVpa):
+            warnings.append(f"{where} is not served ({vpa.error}): its workload is reported with the default policy")
+            continue
+        key = (vpa.namespace, vpa.target.kind, vpa.target.name)
+        if key in out:
+            warnings.append(f"{where} is left out: VPA {out[key].name} already targets {key[1]} {key[2]}")
+            continue
+        out[key] = vpa
+    return out, tuple(warnings)

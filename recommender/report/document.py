@@ -80,7 +80,7 @@ def workload(w: WorkloadReport) -> dict[str, Any]:
             "disruption": {"action": w.disruption.value, "reason": w.disruption_reason,
                            "message": w.disruption_message},
             "risks": [{"flag": r.risk.value, "message": r.message} for r in w.risks],
-            "cost": cost(w.cost), "containers": [container(c) for c in w.containers]}
+            "cost": cost(w.cost), "vpa": w.vpa, "containers": [container(c) for c in w.containers]}
 
 
 def group(g: GroupSummary) -> dict[str, Any]:

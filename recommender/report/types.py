@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from podtailor.resize.types import LimitRangeView, ResizeRestart
 from podtailor.resources import CurrentResources, Resources
+from recommender.kube.served import VpaSpec
 from recommender.model.types import Recommendation
 
 WorkloadKey = tuple[str, str, str]
@@ -108,6 +109,8 @@ class Inventory:
     """Resources an HPA scales the workload on by utilization."""
     limit_ranges: Mapping[str, LimitRangeView] = field(default_factory=dict)
     """Namespace -> its Container LimitRanges merged (tightest wins)."""
+    vpas: Mapping[WorkloadKey, VpaSpec] = field(default_factory=dict)
+    """The VPA targeting each workload that has one (the recommender follows its container policy)."""
     warnings: tuple[str, ...] = ()
     api_requests: int = 0
 
@@ -194,6 +197,9 @@ class WorkloadReport:
     disruption_message: str
     risks: tuple[RiskFlag, ...]
     cost: Cost
+    vpa: str | None = None
+    """The VPA whose container policy the recommendation follows (None: no VPA targets the workload, so the
+    default policy: no minAllowed/maxAllowed, cpu and memory, RequestsAndLimits)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -232,7 +232,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
             state.add(batch)
             samples += len(batch.cpu_cores) + len(batch.memory_peak_bytes)
         recommended = sum(1 for state in states.values()
-                          if strategy.recommend(state, now_s=end_s, policy=policy, current=current) is not None)
+                          if strategy.recommend(state, now_s=end_s, policy=policy, current=current)[0] is not None)
         t2 = time.monotonic()
         out[name] = {"wall_s": t2 - t0, "history_s": t1 - t0, "http_s": session.http_s - http_before,
                      "model_s": t2 - t1, "requests": source.request_count - requests_before,

@@ -329,7 +329,7 @@ def test_sparse_signals_change_no_recommendation(world: World) -> None:
             for batches in (dense, sparse):
                 state = strategy.new_state()
                 state.add(batches[key])
-                recs.append(strategy.recommend(state, now_s=end, policy=ContainerPolicy(), current=current))
+                recs.append(strategy.recommend(state, now_s=end, policy=ContainerPolicy(), current=current)[0])
             assert recs[0] == recs[1], (name, key)
 
 
@@ -391,7 +391,7 @@ def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None
             if name == "podtailor":  # one peak per hour, both ways (the first hour may reach before the start)
                 maxima = [dict(sorted(s.memory_max.maxima.items())[1:]) for s in states]  # type: ignore[attr-defined]
                 assert maxima[0] == maxima[1], key
-            recs = [strategy.recommend(s, now_s=end, policy=ContainerPolicy(), current=current) for s in states]
+            recs = [strategy.recommend(s, now_s=end, policy=ContainerPolicy(), current=current)[0] for s in states]
             for field_name in ("uncapped_target", "lower_bound", "upper_bound"):
                 a, b = getattr(recs[0], field_name), getattr(recs[1], field_name)
                 assert _within_a_bucket(a.cpu_millicores, b.cpu_millicores, ratio, 1), (name, key, field_name, a, b)

@@ -21,6 +21,7 @@ from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity,
 from recommender.metrics import RecommenderMetrics
 from recommender.model.registry import at_risk, get_strategy
 from recommender.model.types import ContainerKey, Samples, UsageBatch
+from tests.builders.engine import StatusStore
 
 NOW = 1_700_000_000.0
 HOUR = 3600.0
@@ -41,12 +42,12 @@ def history(scale: float = 1.0) -> UsageBatch:
                       memory_interval_s=HOUR)
 
 
-class Store:
+class Store(StatusStore):
     """VPAs named ``v-<workload>`` on Deployments of one container ``app``; status writes kept per VPA."""
 
     def __init__(self, annotations: Mapping[str, str | None]) -> None:
+        super().__init__()
         self.annotations = annotations
-        self.status: dict[str, dict[str, Any]] = {}
 
     def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]:
         out = []
@@ -61,18 +62,6 @@ class Store:
     def workload(self, namespace: str, ref: TargetRef) -> Workload | None:
         return Workload(namespace=namespace, kind="Deployment", name=ref.name,
                         containers=(ContainerTemplate(name="app", current=CurrentResources()),))
-
-    def update_vpa_status(self, vpa: VpaIdentity, build: Any, attempts: int = 4) -> bool:
-        new = build(self.status.get(vpa.name, {}))
-        if new is not None:
-            self.status[vpa.name] = new
-        return new is not None
-
-    def load_checkpoint(self, vpa: VpaIdentity) -> dict[str, Any] | None:
-        return None
-
-    def save_checkpoint(self, vpa: VpaIdentity, spec: dict[str, Any]) -> None:
-        pass
 
 
 class Source:

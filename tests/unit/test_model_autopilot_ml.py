@@ -45,8 +45,8 @@ def replay_targets(factor: float, hours: int = 96) -> list[tuple[int, int]]:
         state.add(UsageBatch(cpu_cores=Samples(timestamps_s=ts[part], values=cpu[part] * factor),
                              cpu_interval_s=STEP, memory_interval_s=STEP,
                              memory_peak_bytes=Samples(timestamps_s=ts[part], values=mem[part] * factor)))
-        rec = strategy.recommend(state, now_s=float(ts[part][-1] + STEP), policy=ContainerPolicy(),
-                                 current=CurrentResources())
+        rec, state = strategy.recommend(state, now_s=float(ts[part][-1] + STEP), policy=ContainerPolicy(),
+                                        current=CurrentResources())
         assert rec.target.cpu_millicores is not None and rec.target.memory_bytes is not None
         out.append((rec.target.cpu_millicores, rec.target.memory_bytes))
     return out
@@ -162,7 +162,7 @@ def test_an_oom_raises_memory_above_the_killed_limit() -> None:
     state.add(UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=cpu), cpu_interval_s=STEP,
                          memory_peak_bytes=Samples(timestamps_s=ts, values=np.minimum(mem, 2**30)),
                          memory_interval_s=STEP, oom_kills=(kill,)))
-    rec = strategy.recommend(state, now_s=float(ts[-1] + STEP), policy=ContainerPolicy(),
-                             current=CurrentResources(requests=Resources(memory_bytes=2**30),
-                                                      limits=Resources(memory_bytes=2**30)))
+    rec, _ = strategy.recommend(state, now_s=float(ts[-1] + STEP), policy=ContainerPolicy(),
+                                current=CurrentResources(requests=Resources(memory_bytes=2**30),
+                                                         limits=Resources(memory_bytes=2**30)))
     assert rec.target.memory_bytes is not None and rec.target.memory_bytes >= 1.2 * 2**30

@@ -75,7 +75,7 @@ def memory_target(values: np.ndarray, **params: float | str) -> int:
     state = strategy.new_state()
     assert isinstance(state, PodtailorState)
     state.add(hourly_memory(values))
-    rec = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
+    rec, _ = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
     assert rec.target.memory_bytes is not None
     return rec.target.memory_bytes
 
@@ -103,16 +103,20 @@ def test_the_margin_is_held_until_the_memory_target_moves() -> None:
     assert isinstance(state, PodtailorState)
     hours = 9 * 24
     state.add(hourly_memory(np.full(hours, 2 * GIB)))
-    first = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
+    first, state = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
+    assert isinstance(state, PodtailorState)
     assert first.target.memory_bytes == math.ceil(2 * GIB * 1.02) and state.memory_margin == 0.02
     applied = CurrentResources(requests=first.target, limits=first.limits)
 
     def after(values: np.ndarray, offset_h: int) -> tuple[int | None, float | None]:
+        nonlocal state
         ts = NOW + HOUR * (offset_h + np.arange(values.size, dtype=np.float64))
         state.add(UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(values.size, 0.1)),
                              cpu_interval_s=HOUR, memory_peak_bytes=Samples(timestamps_s=ts, values=values),
                              memory_interval_s=HOUR))
-        rec = strategy.recommend(state, now_s=float(ts[-1]) + HOUR, policy=ContainerPolicy(), current=applied)
+        rec, new = strategy.recommend(state, now_s=float(ts[-1]) + HOUR, policy=ContainerPolicy(), current=applied)
+        assert isinstance(new, PodtailorState)
+        state = new
         return rec.target.memory_bytes, state.memory_margin
 
     # Two days of hourly dips to 1.8 GiB: every return to 2 GiB rises 11%, so the fresh margin would be 11%

@@ -27,7 +27,7 @@ def recommend(*batches: UsageBatch, current: CurrentResources | None = None, **o
     state = strategy.new_state()
     for b in batches:
         state.add(b)
-    return strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current or CurrentResources())
+    return strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current or CurrentResources())[0]
 
 
 def test_p95_cpu_and_max_memory_plus_15_percent() -> None:

@@ -44,7 +44,7 @@ def run(strategy: Strategy, *batches: UsageBatch, policy: ContainerPolicy | None
     for b in batches:
         state.add(b)
     return strategy.recommend(state, now_s=NOW, policy=policy or ContainerPolicy(),
-                              current=current or CurrentResources())
+                              current=current or CurrentResources())[0]
 
 
 def test_hourly_history_counts_in_full_unlike_vpa() -> None:
@@ -58,8 +58,8 @@ def test_hourly_history_counts_in_full_unlike_vpa() -> None:
     assert isinstance(pod_state, PodtailorState)
     # c = min(span 191 h / 24 = 7.958, 192 x 3600 / 86400 = 8.0) = 7.958 days.
     assert pod_state.cpu_seen.days() == pytest.approx(7.958, abs=1e-3)
-    rec = get_strategy("podtailor").recommend(pod_state, now_s=NOW, policy=ContainerPolicy(),
-                                              current=CurrentResources())
+    rec, _ = get_strategy("podtailor").recommend(pod_state, now_s=NOW, policy=ContainerPolicy(),
+                                                 current=CurrentResources())
     assert rec.confidence == pytest.approx(1.0)  # 7.958 / 7 full days, clipped
     vpa_rec = run(get_strategy("vpa"), data)
     assert vpa_rec.confidence == pytest.approx(0.1333 / 8, abs=1e-4)
@@ -148,7 +148,7 @@ def test_oom_bump_is_capped_and_does_not_feed_itself() -> None:
         oom = OomKill(timestamp_s=NOW - 10 * HOUR + i * HOUR, memory_limit_bytes=GIB, memory_request_bytes=GIB)
         state.add(UsageBatch(cpu_cores=Samples.empty(), cpu_interval_s=HOUR, memory_peak_bytes=Samples.empty(),
                              memory_interval_s=HOUR, oom_kills=(oom,)))
-    rec = strategy.recommend(state, now_s=NOW, policy=policy, current=CurrentResources())
+    rec, _ = strategy.recommend(state, now_s=NOW, policy=policy, current=CurrentResources())
     # bump = max(1 GiB + 100 MiB, 1.2 GiB) = 1.2 GiB, capped at maxAllowed 1 GiB before it is used.
     assert rec.target.memory_bytes == GIB and rec.uncapped_target.memory_bytes == GIB
     assert "memory: OOM bump" in rec.reasons
@@ -231,11 +231,11 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     before = CurrentResources(requests=Resources(cpu_millicores=300, memory_bytes=GIB))
     after = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=GIB))
     policy = ContainerPolicy()
-    strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=policy, current=before)  # first sight: time unknown
-    strategy.recommend(state, now_s=NOW - HOUR, policy=policy, current=after)  # the applied values changed
+    _, state = strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=policy, current=before)  # first sight
+    _, state = strategy.recommend(state, now_s=NOW - HOUR, policy=policy, current=after)  # the applied values changed
     # One hour after the change: the 500m / 1 GiB requests stay although the targets (about 113m and 115 MiB)
     # are far below them. A drop of d waits 20 h x 0.2 / d: about 5.2 h for CPU's 78%, 4.5 h for memory's 89%.
-    held = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
+    held, state = strategy.recommend(state, now_s=NOW, policy=policy, current=after)
     assert held.target == Resources(cpu_millicores=500, memory_bytes=GIB)
     # Each kept value says why, in quantities as kubectl prints them.
     cpu_reason = next(r for r in held.reasons if r.startswith("cpu: kept at 500m: target 1"))
@@ -243,12 +243,12 @@ def test_no_decrease_within_the_dwell_time_after_a_change() -> None:
     assert any(r.startswith("memory: kept at 1Gi: target 1") and "is a decrease of 89%" in r
                and "waits 4.5h after the last change" in r for r in held.reasons), held.reasons
     # Thirteen hours after it the decrease goes out.
-    later = strategy.recommend(state, now_s=NOW + 12 * HOUR, policy=policy, current=after)
+    later, state = strategy.recommend(state, now_s=NOW + 12 * HOUR, policy=policy, current=after)
     assert later.target.cpu_millicores is not None and later.target.cpu_millicores < 200
     # Increases are never delayed: the same history against a 50m request rises at once.
     low = CurrentResources(requests=Resources(cpu_millicores=50, memory_bytes=GIB))
-    strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
-    rise = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
+    _, state = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
+    rise, _ = strategy.recommend(state, now_s=NOW + 13 * HOUR, policy=policy, current=low)
     assert rise.target.cpu_millicores is not None and rise.target.cpu_millicores > 100
 
 
@@ -264,9 +264,10 @@ def test_deeper_decreases_wait_less() -> None:
         state.add(hourly(48, 0.1, 1e8))
         current = CurrentResources(requests=Resources(cpu_millicores=cpu_m, memory_bytes=memory))
         first = CurrentResources(requests=Resources(cpu_millicores=cpu_m // 2, memory_bytes=memory))
-        strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=ContainerPolicy(), current=first)
-        strategy.recommend(state, now_s=NOW - HOUR, policy=ContainerPolicy(), current=current)  # the change
-        rec = strategy.recommend(state, now_s=NOW - HOUR + hours * HOUR, policy=ContainerPolicy(), current=current)
+        _, state = strategy.recommend(state, now_s=NOW - 2 * HOUR, policy=ContainerPolicy(), current=first)
+        _, state = strategy.recommend(state, now_s=NOW - HOUR, policy=ContainerPolicy(), current=current)  # the change
+        rec, _ = strategy.recommend(state, now_s=NOW - HOUR + hours * HOUR, policy=ContainerPolicy(),
+                                    current=current)
         return rec.target.cpu_millicores, rec.reasons
 
     deep, _ = requests_after(500, 8)  # a 78% drop waits about 5.2 h
@@ -582,7 +583,7 @@ def test_a_summary_sample_weighs_the_steps_it_stands_for(name: str) -> None:
     repeated.add(_usage(fine_ts, fine, 300.0))
     current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=2**30),
                                limits=Resources(cpu_millicores=1000, memory_bytes=2**31))
-    recs = [strategy.recommend(s, now_s=float(fine_ts[-1]), policy=ContainerPolicy(), current=current)
+    recs = [strategy.recommend(s, now_s=float(fine_ts[-1]), policy=ContainerPolicy(), current=current)[0]
             for s in (summarized, repeated)]
     assert recs[0] == recs[1] and recs[0].target.cpu_millicores is not None
     if name == "vpa":

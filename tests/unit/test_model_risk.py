@@ -35,7 +35,7 @@ def recommend(batch: UsageBatch, **params: float | str) -> Recommendation:
     strategy = get_strategy("podtailor", **params)
     state = strategy.new_state()
     state.add(batch)
-    return strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())
+    return strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CurrentResources())[0]
 
 
 def bursty() -> UsageBatch:

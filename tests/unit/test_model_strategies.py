@@ -44,7 +44,7 @@ def recommend(name: str, *batches: UsageBatch) -> Recommendation:
     state = strategy.new_state()
     for b in batches:
         state.add(b)
-    return strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CURRENT)
+    return strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CURRENT)[0]
 
 
 def test_registry() -> None:
@@ -66,7 +66,7 @@ def test_no_history_recommends_nothing(name: str) -> None:
     strategy = get_strategy(name)
     state = strategy.new_state()
     assert state.first_sample_s is None and state.last_sample_s is None
-    rec = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CURRENT)
+    rec, _ = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=CURRENT)
     assert rec.target == Resources() and rec.upper_bound == Resources() and rec.limits == Resources()
     assert rec.reasons == ("no history",) and rec.confidence == 0.0
 
@@ -120,7 +120,32 @@ def test_checkpoint_round_trip_gives_identical_recommendations(seeds: list[int],
     for s in (state, restored):  # and they keep agreeing after more data
         s.add(random_batch(seeds[0] + 1))
     args = {"now_s": NOW, "policy": ContainerPolicy(), "current": CURRENT}
-    assert strategy.recommend(restored, **args) == strategy.recommend(state, **args)  # type: ignore[arg-type]
+    (rec_restored, after_restored), (rec, after) = (strategy.recommend(s, **args)  # type: ignore[arg-type]
+                                                    for s in (restored, state))
+    assert rec_restored == rec and after_restored.to_checkpoint() == after.to_checkpoint()
+
+
+@pytest.mark.parametrize("name", EVERY)
+def test_recommend_leaves_the_given_state_as_it_was(name: str) -> None:
+    """Recommending is a read of the given state: its checkpoint is the same before and after, and recommending
+    again from it gives the same answer; what the strategy remembers goes into the state it returns."""
+    strategy = get_strategy(name, cpu_over_request_budget=0.05) if name == "podtailor" else get_strategy(name)
+    state = strategy.new_state()
+    state.add(random_batch(3, end=NOW - 400 * STEP))  # seed 3: with an OOM kill
+    later = CurrentResources(requests=Resources(cpu_millicores=600, memory_bytes=2**30))
+    for now_s, current in ((NOW - 300 * STEP, CURRENT), (NOW - 200 * STEP, later), (NOW, CURRENT)):
+        before = json.dumps(state.to_checkpoint(), sort_keys=True)
+        rec, after = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(), current=current)
+        assert json.dumps(state.to_checkpoint(), sort_keys=True) == before
+        again, _ = strategy.recommend(state, now_s=now_s, policy=ContainerPolicy(), current=current)
+        assert again == rec and rec.target.cpu_millicores is not None
+        if name == "podtailor":  # it notes the applied values in the state it returns, not in the given one
+            req, lim = current.requests, current.limits
+            assert after.to_checkpoint()["applied"] == [req.cpu_millicores, lim.cpu_millicores, req.memory_bytes,
+                                                        lim.memory_bytes]
+            assert state.to_checkpoint()["applied"] != after.to_checkpoint()["applied"]
+        state = after
+        state.add(random_batch(4, n=100, end=now_s + 100 * STEP))
 
 
 def test_many_containers_scale() -> None:

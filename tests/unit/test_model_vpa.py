@@ -31,7 +31,7 @@ def batch(cpu: Samples, mem: Samples | None = None, step: float = HOUR, ooms: tu
 
 def recommend(state: VpaState, policy: ContainerPolicy | None = None) -> Recommendation:
     return get_strategy("vpa").recommend(state, now_s=NOW, policy=policy or ContainerPolicy(),
-                                         current=CurrentResources())
+                                         current=CurrentResources())[0]
 
 
 def edge(first: float, n: int) -> float:

@@ -36,7 +36,8 @@ def test_recommendations_are_exactly_the_strategys() -> None:
         state = strategy.new_state()
         state.add(b)
         # Two non-init containers share the pod: containers_in_pod = 2, as the engine passes it.
-        expected = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(containers_in_pod=2), current=c.current)
+        expected, _ = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(containers_in_pod=2),
+                                         current=c.current)
         assert c.recommendation == expected
     app = web.containers[1]
     assert app.recommendation is not None
