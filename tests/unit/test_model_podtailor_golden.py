@@ -107,7 +107,7 @@ def test_a_checkpoint_written_before_restores_to_the_same_recommendation() -> No
     state = strategy.restore(json.loads(CHECKPOINT.read_text()))
     current = CurrentResources(requests=Resources(cpu_millicores=500, memory_bytes=3 * 2**30),
                                limits=Resources(cpu_millicores=1000, memory_bytes=3 * 2**30))
-    rec = strategy.recommend(state, now_s=1_700_003_600.0, policy=ContainerPolicy(), current=current)
+    rec, _ = strategy.recommend(state, now_s=1_700_003_600.0, policy=ContainerPolicy(), current=current)
     assert rec.target == Resources(cpu_millicores=292, memory_bytes=4520215661)
     assert rec.lower_bound == Resources(cpu_millicores=266, memory_bytes=2267566081)
     assert rec.upper_bound == Resources(cpu_millicores=1445, memory_bytes=4520215661)

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from podtailor.vpa import TargetRef
 from recommender.engine import EngineConfig, RecommenderEngine
 from recommender.kube.cluster import Workload, containers_of
+from recommender.kube.served import UnparsableVpa, VpaSpec, read_vpa
 from recommender.metrics import RecommenderMetrics
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerKey, Samples, UsageBatch
@@ -86,8 +87,8 @@ BATCHES = {ContainerKey(namespace=NS, workload_kind="Deployment", workload_name=
 class Store(StatusStore):
     """The engine's VPA store over the raw objects above; status writes kept per VPA."""
 
-    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
-        return list(VPAS)
+    def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]:
+        return [read_vpa(v) for v in VPAS]  # parsed as the real store parses them
 
     def workload(self, namespace: str, ref: TargetRef) -> Workload | None:
         obj = next(d for d in DEPLOYMENTS if d["metadata"]["name"] == ref.name)
