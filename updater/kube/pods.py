@@ -69,7 +69,8 @@ def _container(c: Obj, sidecar: bool, st: Obj | None, where: str) -> tuple[Conta
                                actual_limits=actual_limits, restart_count=restarts,
                                last_termination_reason=terminated.get("reason"),
                                last_termination_s=optional_timestamp_s(terminated.get("finishedAt"), where),
-                               ready=bool((st or {}).get("ready", False)))
+                               ready=bool((st or {}).get("ready", False)),
+                               container_id=str((st or {}).get("containerID") or "").partition("://")[2])
     return view, obs
 
 
