@@ -5,7 +5,7 @@ Owns the images the real node (``tests/harness/realnode.py``) runs: ``localhost/
 busybox ``sleep`` forever) and ``localhost/podtailor/busybox`` (the workload: busybox as ``/bin/sh`` and its
 applets). Each is one uncompressed layer (``/bin/busybox`` and a symlink per applet) written as an OCI image
 layout tarball that ``ctr -n k8s.io images import`` loads; the layer's mtimes are fixed, so the digest only
-changes with the busybox binary. Usage: ``scripts/build-images.py [OUT_DIR]`` (default
+changes with the busybox binary or this script's lists. Usage: ``scripts/build-images.py [OUT_DIR]`` (default
 ``~/.cache/podtailor/images``); prints one line per image, ``NAME PATH``.
 """
 
@@ -23,7 +23,8 @@ from pathlib import Path
 BUSYBOX = Path(os.environ.get("PODTAILOR_BUSYBOX", "/bin/busybox"))
 PAUSE_IMAGE = "localhost/podtailor/pause:1"
 WORKLOAD_IMAGE = "localhost/podtailor/busybox:1"
-APPLETS = ("sh", "sleep", "cat", "head", "tr", "dd", "echo", "ls", "ps", "grep", "true", "kill", "awk", "wc")
+APPLETS = ("sh", "sleep", "cat", "head", "tr", "dd", "echo", "ls", "ps", "grep", "true", "kill", "awk", "wc", "touch",
+           "rm", "id")
 DIRS = ("bin", "dev", "etc", "proc", "sys", "tmp", "var", "run")
 IMAGES = {PAUSE_IMAGE: ["/bin/sleep", "infinity"], WORKLOAD_IMAGE: ["/bin/sh"]}
 
@@ -82,11 +83,11 @@ def write_image(name: str, entrypoint: list[str], layer: bytes, path: Path) -> N
 
 
 def build(out_dir: Path) -> dict[str, Path]:
-    """Both images in ``out_dir`` (rewritten only when the busybox binary changed); name -> tarball."""
+    """Both images in ``out_dir`` (written only when the busybox binary or the lists changed); name -> tarball."""
     if not BUSYBOX.is_file():
         raise SystemExit(f"{BUSYBOX} is missing: install Debian's busybox-static (scripts/setup.sh does)")
     busybox = BUSYBOX.read_bytes()
-    stamp = hashlib.sha256(busybox).hexdigest()[:16]
+    stamp = hashlib.sha256(busybox + repr((APPLETS, DIRS, IMAGES)).encode()).hexdigest()[:16]
     out_dir.mkdir(parents=True, exist_ok=True)
     layer = b""
     paths = {}
