@@ -2,7 +2,7 @@
 
 Owns the cgroup check's edge: ``NodeCgroups`` reads ``/api/v1/nodes/NAME/proxy/metrics/cadvisor`` through the
 API server and turns the ``container_spec_*`` series into ``CgroupReading`` values keyed by container ID (the
-64-hex ID at the end of the series' ``id`` label, the cgroup path: cAdvisor's own ``containerdCgroupRegexp``);
+hex ID at the end of the series' ``id`` label, the cgroup path, as cAdvisor's ``containerdCgroupRegexp`` finds it);
 ``CgroupCheck`` is the executor's port: for the pods of batches being verified whose status says the resize
 is done, it compares each container's reading with status (``updater.cgroups.disagreement``), remembers since
 when a disagreement is seen, and puts both on the pod's observation for the state machine to judge. A node that
@@ -30,7 +30,9 @@ from updater.rollout.journal import BatchPhase, EntryState, Rollout
 from updater.rollout.ports import PassSnapshot
 
 log = logging.getLogger("podtailor.updater.cgroups")
-CONTAINER_ID = re.compile(r"([0-9a-f]{64})(?:\.scope)?$")
+CONTAINER_ID = re.compile(r"(?:^|/)(?:cri-containerd-|crio-|docker-)?([0-9a-f]{32,64})(?:\.scope)?$")
+"""The container ID at the end of a cgroup path: ``.../<id>`` (cgroupfs) or ``.../cri-containerd-<id>.scope``
+(systemd); cAdvisor's ``containerdCgroupRegexp`` takes 64 hex digits, 32 also pass for the node simulator."""
 SERIES = {"container_spec_cpu_quota": "cpu_quota_us", "container_spec_cpu_period": "cpu_period_us",
           "container_spec_cpu_shares": "cpu_shares", "container_spec_memory_limit_bytes": "memory_limit_bytes"}
 REQUEST_TIMEOUT_S = 10
