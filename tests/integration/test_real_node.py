@@ -12,9 +12,18 @@ Expected cgroup values follow the kubelet's conversions (``pkg/kubelet/cm/helper
 
 from __future__ import annotations
 
+import logging
+import ssl
+import time
+import urllib.request
+from collections.abc import Callable
+
 import pytest
 from kubernetes import client
 
+from podtailor.kube.errors import KubeError
+from podtailor.resources import Resources
+from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.builders.realpods import (
     Mi,
     container,
@@ -26,9 +35,12 @@ from tests.builders.realpods import (
     status_of,
     wait_resized,
 )
+from tests.harness.kubelets import KubeletPool
 from tests.harness.realhost import CgroupLayout
 from tests.harness.realnode import RealNode, RealNodePool
 from tests.waiting import eventually
+from updater.cgroups import GRACE_S, CgroupReading, disagreement
+from updater.kube.cadvisor import CgroupCheck, NodeCgroups, parse_cadvisor
 
 pytestmark = pytest.mark.cluster
 
@@ -125,3 +137,61 @@ def test_a_memory_limit_below_what_the_process_uses_is_not_applied(
     assert after.memory_limit_bytes == before.memory_limit_bytes == 128 * Mi
     assert node.task_pid(cid) == pid and pid in after.pids, "the process was replaced"
     assert status.last_state.terminated is None, "the process was killed"
+
+
+def _kubelet_cadvisor(port: int, scheme: str = "https") -> Callable[[str], dict[str, CgroupReading]]:
+    """The cgroup check's read, straight from a kubelet on 127.0.0.1 (a real one serves HTTPS with a
+    self-signed certificate; a hollow node's kubemark kubelet plain HTTP)."""
+    ctx = ssl._create_unverified_context() if scheme == "https" else None
+
+    def read(node: str) -> dict[str, CgroupReading]:
+        url = f"{scheme}://127.0.0.1:{port}/metrics/cadvisor"
+        with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+            return parse_cadvisor(r.read().decode())
+    return read
+
+
+def test_the_updaters_cgroup_check_reads_the_real_kubelets_cadvisor_series(
+        real_nodes: RealNodePool, api: client.ApiClient, namespace: str) -> None:
+    """What the cgroup check reads is what the kernel holds, before and after a resize (the kubelet serves
+    cAdvisor's cached spec: the new quota shows within its refresh, inside GRACE_S). Through the API server's
+    node proxy it cannot be read here: the API server refuses to proxy to a loopback node address."""
+    core, node = client.CoreV1Api(api), _node(real_nodes)
+    pod = run_pod(core, namespace, "seen", node.name, container(
+        "app", hold_mib(0), requests={"cpu": "500m", "memory": "32Mi"}, limits={"cpu": "1", "memory": "64Mi"}))
+    cid = container_id(pod, "app")
+    with pytest.raises(KubeError, match="address not allowed"):
+        NodeCgroups(api).read(node.name)
+    read = _kubelet_cadvisor(node.kubelet_port)
+    reading = eventually("the container in the kubelet's cAdvisor series", lambda: read(node.name).get(cid),
+                         timeout_s=30, interval_s=0.5)
+    assert (reading.cpu_quota_us, reading.cpu_period_us, reading.memory_limit_bytes) == (100_000, 100_000, 64 * Mi)
+    if real_nodes.layout is CgroupLayout.V1:
+        assert reading.cpu_shares == 512
+    core.patch_namespaced_pod_resize("seen", namespace, {"spec": {"containers": [
+        {"name": "app", "resources": {"requests": {"cpu": "800m"}, "limits": {"cpu": "1500m"}}}]}})
+    wait_resized(core, namespace, "seen", generation=2)
+    t0 = time.monotonic()
+    eventually("the new quota in the cAdvisor series", lambda: (
+        (r := read(node.name).get(cid)) is not None and r.cpu_quota_us == 150_000), timeout_s=GRACE_S,
+        interval_s=0.5)
+    assert time.monotonic() - t0 < GRACE_S
+    status = status_of(core.read_namespaced_pod("seen", namespace), "app").resources
+    requests = Resources(cpu_millicores=parse_cpu_millicores(status.requests["cpu"]))
+    limits = Resources(cpu_millicores=parse_cpu_millicores(status.limits["cpu"]),
+                       memory_bytes=parse_memory_bytes(status.limits["memory"]))
+    assert disagreement(requests, limits, read(node.name)[cid]) == ""
+
+
+def test_a_hollow_node_serves_no_container_spec_series_and_the_check_says_so(
+        kubelet_pool: KubeletPool, caplog: pytest.LogCaptureFixture) -> None:
+    """The hollow node's fake runtime writes no cgroup: its /metrics/cadvisor has no container_spec series of a
+    container for the check to compare, so the check logs that it is skipped for that node (once), not failed."""
+    name, hollow = next(iter(kubelet_pool.nodes.items()))
+    read = _kubelet_cadvisor(hollow.kubelet_port, "http")
+    assert read(name) == {}
+    check = CgroupCheck(read)
+    with caplog.at_level(logging.WARNING, logger="podtailor.updater.cgroups"):
+        assert check._page(name) is None and check._page(name) is None
+    skipped = [r for r in caplog.records if "serves no container_spec series" in r.getMessage()]
+    assert len(skipped) == 1 and getattr(skipped[0], "node", None) == name
