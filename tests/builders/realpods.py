@@ -9,8 +9,11 @@ hierarchy on v1 or in the unified one on v2, and read as the kernel shows it (``
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,8 @@ from tests.harness import realhost
 from tests.harness.cluster import ClusterState, kubectl_bin
 from tests.harness.realnode import REAL_TOLERATION, WORKLOAD_IMAGE, RealNode
 from tests.waiting import eventually
+from updater.cgroups import CgroupReading
+from updater.kube.cadvisor import parse_cadvisor
 
 Mi = 2**20
 GROW_FILE = "/tmp/grow"
@@ -119,6 +124,18 @@ def memory_usage_bytes(node: RealNode, layout: realhost.CgroupLayout, cid: str) 
     if layout is realhost.CgroupLayout.V2:
         return int((cgroup_dir(node, layout, "", cid) / "memory.current").read_text())
     return int((cgroup_dir(node, layout, "memory", cid) / "memory.usage_in_bytes").read_text())
+
+
+def kubelet_cadvisor(port: int, scheme: str = "https") -> Callable[[str], dict[str, CgroupReading]]:
+    """The updater's cgroup-check read (``updater.kube.cadvisor``'s parser), straight from a kubelet on 127.0.0.1:
+    the API server refuses to proxy to a loopback node address. A real kubelet serves HTTPS with a self-signed
+    certificate; a hollow node's kubemark kubelet plain HTTP."""
+    ctx = ssl._create_unverified_context() if scheme == "https" else None
+
+    def read(node: str) -> dict[str, CgroupReading]:
+        with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}/metrics/cadvisor", context=ctx, timeout=10) as r:
+            return parse_cadvisor(r.read().decode())
+    return read
 
 
 def kubectl_exec(cluster: ClusterState, ns: str, pod: str, container: str, *argv: str) -> str:

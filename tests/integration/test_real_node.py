@@ -13,10 +13,7 @@ Expected cgroup values follow the kubelet's conversions (``pkg/kubelet/cm/helper
 from __future__ import annotations
 
 import logging
-import ssl
 import time
-import urllib.request
-from collections.abc import Callable
 
 import pytest
 from kubernetes import client
@@ -29,6 +26,7 @@ from tests.builders.realpods import (
     container,
     container_id,
     hold_mib,
+    kubelet_cadvisor,
     memory_usage_bytes,
     read_cgroup,
     run_pod,
@@ -39,8 +37,8 @@ from tests.harness.kubelets import KubeletPool
 from tests.harness.realhost import CgroupLayout
 from tests.harness.realnode import RealNode, RealNodePool
 from tests.waiting import eventually
-from updater.cgroups import GRACE_S, CgroupReading, disagreement
-from updater.kube.cadvisor import CgroupCheck, NodeCgroups, parse_cadvisor
+from updater.cgroups import GRACE_S, disagreement
+from updater.kube.cadvisor import CgroupCheck, NodeCgroups
 
 pytestmark = pytest.mark.cluster
 
@@ -139,18 +137,6 @@ def test_a_memory_limit_below_what_the_process_uses_is_not_applied(
     assert status.last_state.terminated is None, "the process was killed"
 
 
-def _kubelet_cadvisor(port: int, scheme: str = "https") -> Callable[[str], dict[str, CgroupReading]]:
-    """The cgroup check's read, straight from a kubelet on 127.0.0.1 (a real one serves HTTPS with a
-    self-signed certificate; a hollow node's kubemark kubelet plain HTTP)."""
-    ctx = ssl._create_unverified_context() if scheme == "https" else None
-
-    def read(node: str) -> dict[str, CgroupReading]:
-        url = f"{scheme}://127.0.0.1:{port}/metrics/cadvisor"
-        with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
-            return parse_cadvisor(r.read().decode())
-    return read
-
-
 def test_the_updaters_cgroup_check_reads_the_real_kubelets_cadvisor_series(
         real_nodes: RealNodePool, api: client.ApiClient, namespace: str) -> None:
     """What the cgroup check reads is what the kernel holds, before and after a resize (the kubelet serves
@@ -162,7 +148,7 @@ def test_the_updaters_cgroup_check_reads_the_real_kubelets_cadvisor_series(
     cid = container_id(pod, "app")
     with pytest.raises(KubeError, match="address not allowed"):
         NodeCgroups(api).read(node.name)
-    read = _kubelet_cadvisor(node.kubelet_port)
+    read = kubelet_cadvisor(node.kubelet_port)
     reading = eventually("the container in the kubelet's cAdvisor series", lambda: read(node.name).get(cid),
                          timeout_s=30, interval_s=0.5)
     assert (reading.cpu_quota_us, reading.cpu_period_us, reading.memory_limit_bytes) == (100_000, 100_000, 64 * Mi)
@@ -188,7 +174,7 @@ def test_a_hollow_node_serves_no_container_spec_series_and_the_check_says_so(
     """The hollow node's fake runtime writes no cgroup: its /metrics/cadvisor has no container_spec series of a
     container for the check to compare, so the check logs that it is skipped for that node (once), not failed."""
     name, hollow = next(iter(kubelet_pool.nodes.items()))
-    read = _kubelet_cadvisor(hollow.kubelet_port, "http")
+    read = kubelet_cadvisor(hollow.kubelet_port, "http")
     assert read(name) == {}
     check = CgroupCheck(read)
     with caplog.at_level(logging.WARNING, logger="podtailor.updater.cgroups"):
