@@ -92,10 +92,14 @@ def build(out_dir: Path) -> dict[str, Path]:
     layer = b""
     paths = {}
     for name, entrypoint in IMAGES.items():
-        path = out_dir / f"{name.rsplit('/', 1)[1].replace(':', '-')}-{stamp}.tar"
+        base = name.rsplit("/", 1)[1].replace(":", "-")
+        path = out_dir / f"{base}-{stamp}.tar"
         if not path.exists():
             layer = layer or _layer(busybox)
             write_image(name, entrypoint, layer, path)
+            for stale in out_dir.glob(f"{base}-*.tar"):  # an older busybox's or list's
+                if stale != path:
+                    stale.unlink(missing_ok=True)
         paths[name] = path
     return paths
 
