@@ -72,8 +72,8 @@ if [[ ! -f $stamp ]]; then
 fi
 
 if ! compgen -G "$CACHE_ROOT/k8s-v${K8S_MINOR:-1.37}.*/bin/hollow-node" >/dev/null; then
-  log "first run: building the Kubernetes control plane, kubectl and the hollow-node kubelet, then Helm,"
-  log "  VictoriaMetrics, Thanos and VPA, from the Go module proxy. That took about 35 min on a 2-core machine with"
+  log "first run: building the Kubernetes control plane, kubectl, the hollow-node kubelet and the real kubelet, then"
+  log "  (not for make demo) Helm, VictoriaMetrics, Thanos and VPA, from the Go module proxy. That took about 35 min on a 2-core machine with"
   log "  empty caches, and 757 MB of module downloads. It is a one-time cost: the binaries are cached in"
   log "  $CACHE_ROOT by version, and later runs skip this step."
 fi
