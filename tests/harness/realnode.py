@@ -32,6 +32,7 @@ import yaml
 
 from tests.harness import realhost
 from tests.harness.cluster import REPO_ROOT, ClusterState
+from tests.harness.kubelets import pool_labels
 from tests.harness.process import HarnessError, Managed, free_port, stop_pid, wait_until
 from tests.nodesim.nodes import NodePool
 
@@ -181,14 +182,6 @@ def _kubelet_config(node: RealNode, layout: realhost.CgroupLayout) -> dict[str, 
     }
 
 
-def _labels(pool: NodePool) -> dict[str, str]:
-    labels = {"node.kubernetes.io/instance-type": pool.instance_type, "topology.kubernetes.io/zone": pool.zone,
-              "type": "real"}
-    labels.update({key: pool.name for key in pool.label_keys})
-    labels.update(pool.extra_labels)
-    return labels
-
-
 @dataclass
 class RealNodePool:
     """Start ``pools`` as real nodes against ``cluster``: ``start()``, use ``nodes``, ``stop()``."""
@@ -252,7 +245,7 @@ class RealNodePool:
         realhost.make_cgroup_parent(node.cgroup_parent, self.layout)
         config = node.dir / "kubelet.yaml"
         config.write_text(yaml.safe_dump(_kubelet_config(node, self.layout), sort_keys=False))
-        labels = ",".join(f"{k}={v}" for k, v in _labels(pool).items())
+        labels = ",".join(f"{k}={v}" for k, v in pool_labels(pool, "real").items())
         node.kubelet = Managed(name=f"{name}-kubelet", log_path=self.workdir / "logs" / f"{name}-kubelet.log",
                                argv=[str(kubelet), f"--config={config}", f"--kubeconfig={self.cluster.kubeconfig}",
                                      f"--root-dir={node.dir / 'kubelet'}", f"--hostname-override={name}",
