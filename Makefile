@@ -32,7 +32,8 @@ test: setup lint
 unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: setup
+demo:
+	@bash scripts/setup.sh --demo
 	$(PY) scripts/demo.py
 
 demo-down:

@@ -2,11 +2,12 @@
 real kubelets: kubelet v1.37.2 run as hollow nodes, whose usage the node simulator feeds), with the real
 commands a user would run.
 
-It brings up the cluster, three node pools of different machine sizes, a dozen workloads whose usage replays
-series of a Bitbrains trace subset committed in tests/data/traces/, backfills their history into Prometheus,
-creates VPA objects and a ResizePolicy, then runs: podtailor-recommender once, podtailor-recommender report
-(table and HTML), podtailor-updater plan, and podtailor-updater run (with its admission webhook) until the
-rollouts settle.
+It brings up the cluster, shows an in-place CPU resize in a real container's cgroup on a real node (kubelet on
+containerd and runc, scripts/demo_realnode.py), three node pools of different machine sizes, a dozen workloads
+whose usage replays series of a Bitbrains trace subset committed in tests/data/traces/, backfills their history
+into Prometheus, creates VPA objects and a ResizePolicy, then runs: podtailor-recommender once,
+podtailor-recommender report (table and HTML), podtailor-updater plan, and podtailor-updater run (with its
+admission webhook) until the rollouts settle.
 It prints what happens as it happens and a summary, and leaves the cluster up. ``--fast`` shrinks history
 and bake times for the test that runs this script.
 """
@@ -37,6 +38,7 @@ TRACES = REPO / "tests" / "data" / "traces"  # the demo's series only; see its R
 TRACE = "bitbrains_rnd_2013-08_demo.csv.gz"
 POOL_KEY = "podtailor.io/node-pool"
 NS = "demo"
+REAL_NS = "demo-real-node"
 Mi = 2**20
 # Printed at the end and shown in the README (block "demo-look-around"), run verbatim by test_demo.
 LOOK_AROUND = (
@@ -170,6 +172,19 @@ class Demo:
         print(f"    nodes report kubelet {', '.join(versions)} (node.status.nodeInfo.kubeletVersion)")
         for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
             self._apply_crd(path)
+
+    def real_node(self) -> None:
+        """A real node beside the hollow ones: the in-place CPU resize seen in a real container's cgroup."""
+        from scripts.demo_realnode import show_real_node
+
+        try:
+            self.core.create_namespace({"metadata": {"name": REAL_NS}})
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+        self._wait(f"the default ServiceAccount in {REAL_NS}", lambda: any(
+            a.metadata.name == "default" for a in self.core.list_namespaced_service_account(REAL_NS).items))
+        self.real = show_real_node(self.dir, self.kubectl, self.api, REAL_NS, say)
 
     def _ready_kubelets(self) -> dict[str, str]:
         """Name -> kubeletVersion of each Ready node the demo's real kubelets registered."""
@@ -485,7 +500,8 @@ def main() -> int:
     os.environ.setdefault("PYTHONPATH", str(REPO))
     demo = Demo(args)
     t0 = time.monotonic()
-    steps = [("start the cluster and nodes", demo.cluster), ("deploy the workloads", demo.workloads),
+    steps = [("start the cluster and nodes", demo.cluster), ("a real node's cgroup", demo.real_node),
+             ("deploy the workloads", demo.workloads),
              ("backfill history", demo.history), ("create VPAs and the policy", demo.objects),
              ("recommend", demo.recommend), ("start the webhook", demo.webhook), ("update", demo.update),
              ("summary", demo.summary), ("look-around hints", demo.goodbye)]

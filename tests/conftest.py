@@ -2,6 +2,7 @@
 
 Owns the fixtures every integration test uses: ``cluster`` (the state of a private local cluster started
 for this session), ``kubelet_pool`` (real kubelets, hollow nodes, started once per session beside it),
+``real_nodes`` (real nodes: the real kubelet over containerd and runc, ``tests/harness/realnode.py``),
 ``api`` (a kubernetes ``ApiClient`` with admin credentials), ``namespace`` (a fresh
 namespace per test, deleted afterwards) and ``prometheus`` (a private Prometheus). Servers start only
 when a test asks for them, on 127.0.0.1, and are stopped at the end of the session, also on SIGTERM
@@ -11,6 +12,7 @@ when a test asks for them, on 127.0.0.1, and are stopped at the end of the sessi
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import signal
@@ -27,6 +29,8 @@ from kubernetes import client, config
 from tests.harness.cluster import ClusterState, LocalCluster
 from tests.harness.kubelets import KubeletPool
 from tests.harness.prometheus import LocalPrometheus
+from tests.harness.realhost import missing as real_node_host_gaps
+from tests.harness.realnode import RealNodePool
 from tests.nodesim.kubelet import NodeSimulator, SimConfig
 from tests.nodesim.nodes import NodePool
 
@@ -163,6 +167,31 @@ def kubelet_pool(cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory
     pool = KubeletPool(cluster=cluster, workdir=tmp_path_factory.mktemp("kubelets"), pools=(KUBELET_POOL,))
     pool.start()
     print(f"\n{len(pool.nodes)} real kubelets ready in {pool.timings['start_s']:.1f}s", file=sys.stderr)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+REAL_POOL = NodePool(name="real", count=1, instance_type="local.real", zone="local-zone-a")
+"""One real node; its capacity is the host's (the pool's CPU and memory are not used)."""
+
+
+@pytest.fixture(scope="session")
+def real_nodes(cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodePool]:
+    """Real nodes (``tests/harness/realnode.py``): kubelet v1.37 over containerd and runc, with real cgroups,
+    started once per session. Skipped, naming what is missing, on a host that cannot run one (no root, no
+    writable cgroups, no runtime packages) unless ``PODTAILOR_REQUIRE_REAL_NODE=1`` (CI): then a failure."""
+    gaps = real_node_host_gaps()
+    if gaps:
+        why = "this host cannot run a real node: it lacks " + "; ".join(gaps)
+        if os.environ.get("PODTAILOR_REQUIRE_REAL_NODE") == "1":
+            pytest.fail(why + " (PODTAILOR_REQUIRE_REAL_NODE=1)")
+        pytest.skip(why)
+    pool = RealNodePool(cluster=cluster, workdir=tmp_path_factory.mktemp("realnodes"), pools=(REAL_POOL,))
+    pool.start()
+    print(f"\n{len(pool.nodes)} real node(s) ready in {pool.timings['start_s']:.1f}s "
+          f"(cgroup {pool.layout.value})", file=sys.stderr)
     try:
         yield pool
     finally:

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", choices=["table", "json"], default="table")
     g = run.add_argument_group("Continuous mode")
     g.add_argument("--interval", type=duration_s, default=10.0, metavar="DURATION", help="pass interval (default: 10s)")
+    g.add_argument("--verify-cgroups", action="store_true",
+                   help="also verify each resize in the containers' cgroups (the kubelet's cAdvisor series through "
+                        "the node proxy; needs get on nodes/proxy, which the default RBAC does not grant)")
     add_listen_flag(g, "0.0.0.0:8943")
     add_leader_election_flags(g, "podtailor-updater")
     return parser
@@ -98,6 +101,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     """The executor over the real ports for the flags; every read lists (``run`` adds the watch-fed caches:
     ``watch``)."""
     from podtailor.runtime.cli import kube_client
+    from updater.kube.cadvisor import check_nodes
     from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
     from updater.kube.writes import (
         EventRecorder,
@@ -119,7 +123,8 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
                         planner=plan, store=store, resizer=PodResizer(api), recorder=EventRecorder(api),
                         policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
                         metrics=metrics, gates=ServingGateWriter(api), read_fresh=lambda: reader.read(
-                            policy_pool_label=args.pool_label, namespaces=namespaces, fresh=FRESH_AT_BAKE_END))
+                            policy_pool_label=args.pool_label, namespaces=namespaces, fresh=FRESH_AT_BAKE_END),
+                        cgroups=check_nodes(api) if getattr(args, "verify_cgroups", False) else None)
     return Wiring(executor=executor, api=api, reader=reader, store=store)
 
 

@@ -32,6 +32,8 @@ class ContainerObservation:
     last_termination_s: float | None = None
     """``lastState.terminated.finishedAt`` in Unix seconds."""
     ready: bool = True
+    container_id: str = ""
+    """``containerID`` without its runtime prefix: how the container's cgroup is found in cAdvisor's series."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +66,11 @@ class PodObservation:
     """The ContainersReady condition (Ready also needs every readiness gate True)."""
     endpoint_ready: bool | None = None
     """Whether an EndpointSlice lists the pod as a ready endpoint; None when no slice lists it."""
+    cgroup_disagreement: str = ""
+    """Status says the resize is done but a container's cgroup (the kubelet's cAdvisor series) holds something
+    else: the container and field (``updater.cgroups.disagreement``); empty when they agree or were not read."""
+    cgroup_disagreement_s: float = 0.0
+    """For how long that disagreement has been seen (``updater.cgroups.GRACE_S`` is allowed)."""
 
     @property
     def key(self) -> str:

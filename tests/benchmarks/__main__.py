@@ -9,6 +9,7 @@ from tests.benchmarks import (
     bench_cluster,
     bench_kubelets,
     bench_nodesim,
+    bench_realnode,
     bench_recommender,
     bench_report,
     bench_updater,
@@ -19,6 +20,7 @@ from tests.benchmarks import (
 
 def main() -> int:
     for name, module in (("cluster", bench_cluster), ("nodesim", bench_nodesim), ("kubelets", bench_kubelets),
+                         ("realnode", bench_realnode),
                          ("recommender", bench_recommender), ("updater", bench_updater), ("backtest", bench_backtest),
                          ("vpa", bench_vpa), ("report", bench_report)):
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)

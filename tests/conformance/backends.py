@@ -4,7 +4,9 @@ Owns ``NodeBackend``: a single node of 4 CPU / 8 GiB reserved for one test, eith
 session's hollow-node pool (``tests/harness/kubelets.py``) or a node of a simulator started for the test
 (``tests/nodesim``), with the same three controls: set a container's usage, change the node's allocatable
 as the kubelet sees it, OOM-kill a container. Scenario code sees only this interface, so both kinds run
-the same steps and the same assertions.
+the same steps and the same assertions. A third kind, the real node (``tests/harness/realnode.py``: the
+host's size, real containers), runs the scenarios that need none of the controls: its pods get the local
+busybox image, and a control skips the scenario there.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pytest
+
 from tests.harness.kubelets import HOLLOW_TOLERATION, HollowNode
+from tests.harness.realnode import REAL_TOLERATION, WORKLOAD_IMAGE
 from tests.nodesim.kubelet import NodeSimulator
 from tests.nodesim.usage import Constant
 
@@ -73,11 +78,39 @@ class SimBackend:
         self.sim.oom_kill(namespace, pod, container)
 
 
+@dataclass
+class RealBackend:
+    """The real node: its usage is what its processes use, its allocatable the host's, its OOM kills the
+    kernel's, so none of the three controls can be set from outside (``test_real_node*.py`` do those for real)."""
+
+    node: str
+    kind: str = "real"
+
+    def set_usage(self, namespace: str, pod: str, container: str, *, memory_bytes: int,
+                  cpu_millicores: int) -> None:
+        pytest.skip("a real node's container usage is its processes', not set from outside")
+
+    def set_allocatable(self, *, cpu_millicores: int, memory_bytes: int) -> None:
+        pytest.skip("a real node's allocatable is the host's, not set from outside")
+
+    def oom_kill(self, namespace: str, pod: str, container: str) -> None:
+        pytest.skip("a real node's OOM kills are the kernel's (test_real_node_oom.py)")
+
+
+def _runnable(c: dict[str, Any]) -> dict[str, Any]:
+    """A container the real node can run: the local busybox image, sleeping."""
+    return {**c, "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
+            "command": ["/bin/sh", "-c", "while :; do sleep 1; done"]}
+
+
 def pod_manifest(name: str, backend: NodeBackend, *containers: dict[str, Any],
                  restart_policy: str | None = None, priority_class: str | None = None,
                  pod_resources: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeName": backend.node, "containers": list(containers),
-                            "tolerations": [HOLLOW_TOLERATION], "terminationGracePeriodSeconds": 1}
+    real = backend.kind == "real"
+    spec: dict[str, Any] = {"nodeName": backend.node,
+                            "containers": [_runnable(c) for c in containers] if real else list(containers),
+                            "tolerations": [REAL_TOLERATION if real else HOLLOW_TOLERATION],
+                            "terminationGracePeriodSeconds": 1}
     if restart_policy:
         spec["restartPolicy"] = restart_policy
     if priority_class:

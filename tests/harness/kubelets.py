@@ -81,10 +81,11 @@ class HollowNode:
         raise HarnessError(f"no VmRSS for {self.name}")
 
 
-def _labels(pool: NodePool) -> dict[str, str]:
-    # As SimNode.labels(), minus the ones the kubelet sets itself (hostname, os, arch).
+def pool_labels(pool: NodePool, kind: str = "hollow") -> dict[str, str]:
+    """The node labels of ``pool`` for a kubelet of ``kind`` (``type``: hollow or real), as SimNode.labels(), minus
+    the ones the kubelet sets itself (hostname, os, arch)."""
     labels = {"node.kubernetes.io/instance-type": pool.instance_type, "topology.kubernetes.io/zone": pool.zone,
-              "type": "hollow"}
+              "type": kind}
     labels.update({key: pool.name for key in pool.label_keys})
     labels.update(pool.extra_labels)
     return labels
@@ -145,7 +146,7 @@ class KubeletPool:
             self.roots = Path(tempfile.mkdtemp(prefix="hn-"))
         root = self.roots / name
         kport, cport = free_port(), free_port()
-        labels = ",".join(f"{k}={v}" for k, v in _labels(pool).items())
+        labels = ",".join(f"{k}={v}" for k, v in pool_labels(pool).items())
         taint = f"{HOLLOW_TAINT['key']}={self.taint_value}:{HOLLOW_TAINT['effect']}"
         argv = [str(binary), f"--kubeconfig={self.cluster.kubeconfig}", f"--name={name}", f"--root-dir={root}",
                 f"--kubelet-port={kport}", f"--control-port={cport}", f"--cpu={pool.cpu_millicores // 1000}",

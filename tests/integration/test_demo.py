@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client, config
 
 from podtailor.units import parse_cpu_millicores, parse_memory_bytes
+from tests.harness.realhost import missing as real_node_host_gaps
 from tests.readme import block
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +50,13 @@ def test_the_demo_does_the_main_job_and_tells_the_truth() -> None:
                               text=True, timeout=900, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "summary" in done.stdout and "make demo-down" in done.stdout
+        # The real node's step: the CPU cgroup files read with kubectl exec before and after the resize, the same
+        # process, no restart (on a host that cannot run a real node, the step says what is missing instead).
+        if real_node_host_gaps():
+            assert "no real node on this host" in done.stdout
+        else:
+            assert done.stdout.count("cgroup-demo -- cat /sys/fs/cgroup/cpu") == 4, done.stdout[:5000]
+            assert "(in the cgroup: True), container ID unchanged, restartCount 0" in done.stdout, done.stdout[:5000]
         _look_around(done.stdout)
         summary = json.loads((REPO / ".cluster" / "demo-summary.json").read_text())
         api = config.new_client_from_config(config_file=str(REPO / ".cluster" / "admin.kubeconfig"))

@@ -27,6 +27,8 @@ from numpy.typing import ArrayLike, NDArray
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tests.nodesim.resize import ContainerResources
+
 __all__ = [
     "CFS_PERIOD_S",
     "ClusterSnapshot",
@@ -71,6 +73,8 @@ class ContainerSnapshot:
     memory_request_bytes: int | None = None
     memory_limit_bytes: int | None = None
     last_terminated_reason: str | None = None
+    cgroup: ContainerResources | None = None
+    """What the container's cgroup holds (the ``container_spec_*`` series); None: no such series."""
 
     @property
     def runtime_name(self) -> str:
@@ -218,6 +222,29 @@ def _cadvisor_families(containers: Sequence[ContainerSnapshot]) -> list[Metric]:
     return families
 
 
+def _spec_families(containers: Sequence[ContainerSnapshot]) -> list[Metric]:
+    """cAdvisor's ``container_spec_*`` gauges from the cgroup as the kubelet writes it (pkg/kubelet/cm/
+    helpers_linux.go: quota = limit x period / 1000, at least 1000 us; shares = request x 1024 / 1000, within
+    [2, 262144]; cadvisor v0.60.5 metrics/prometheus.go exports the quota and period only with a quota)."""
+    quota = GaugeMetricFamily("container_spec_cpu_quota", "CPU quota of the container.", labels=CADVISOR_LABELS)
+    period = GaugeMetricFamily("container_spec_cpu_period", "CPU period of the container.", labels=CADVISOR_LABELS)
+    shares = GaugeMetricFamily("container_spec_cpu_shares", "CPU share of the container.", labels=CADVISOR_LABELS)
+    memory = GaugeMetricFamily("container_spec_memory_limit_bytes", "Memory limit for the container.",
+                               labels=CADVISOR_LABELS)
+    for c in containers:
+        g, labels = c.cgroup, _cadvisor_values(c)
+        if g is None:
+            continue
+        if g.cpu_limit_millicores is not None:
+            quota.add_metric(labels, float(max(1000, g.cpu_limit_millicores * 100)))
+            period.add_metric(labels, 100_000.0)
+        request = g.cpu_request_millicores or 0
+        shares.add_metric(labels, float(min(262_144, max(2, request * 1024 // 1000))))
+        if g.memory_limit_bytes is not None:
+            memory.add_metric(labels, float(g.memory_limit_bytes))
+    return [quota, period, shares, memory]
+
+
 def _resource_family(name: str, containers: Sequence[ContainerSnapshot], limits: bool) -> Metric:
     kind = "limit" if limits else "request"
     family = GaugeMetricFamily(name, f"The number of requested {kind} resource by a container.",
@@ -291,6 +318,7 @@ def build_families(snapshot: ClusterSnapshot) -> list[Metric]:
     containers = snapshot.containers
     return [
         *_cadvisor_families(containers),
+        *_spec_families(containers),
         _resource_family("kube_pod_container_resource_requests", containers, limits=False),
         _resource_family("kube_pod_container_resource_limits", containers, limits=True),
         _terminated_family(containers),

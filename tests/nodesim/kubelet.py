@@ -89,6 +89,9 @@ class SimConfig:
     trace_dir: Path | None = None
     """Folder whose trace files usage annotations may name (kind: trace)."""
     writers: int = 8
+    unapplied_cgroups: bool = False
+    """A runtime that acknowledges a resize but does not apply it: status takes the new values, while the
+    cgroup (the ``container_spec_*`` series served as cAdvisor's) keeps the values it had before."""
 
 
 class SimClock:
@@ -469,6 +472,8 @@ class NodeSimulator:
         if not errors:  # kubelet validates the whole resize first (validatePodResizeAction), then applies it
             for c in pod.containers.values():
                 if c.actual != c.allocated:
+                    if self.config.unapplied_cgroups and c.cgroup is None:
+                        c.cgroup = c.actual
                     c.actual = c.allocated
                     if c.name in restart:
                         c.restart(now, "Completed", 0)
@@ -636,7 +641,8 @@ class NodeSimulator:
                         cpu_request_millicores=c.actual.cpu_request_millicores,
                         cpu_limit_millicores=c.actual.cpu_limit_millicores,
                         memory_request_bytes=c.actual.memory_request_bytes,
-                        memory_limit_bytes=c.actual.memory_limit_bytes, last_terminated_reason=last))
+                        memory_limit_bytes=c.actual.memory_limit_bytes, last_terminated_reason=last,
+                        cgroup=c.cgroup or c.actual))
             nodes = tuple(cadvisor.NodeSnapshot(node=n.name, labels=n.labels()) for n in self.nodes.values())
             return cadvisor.ClusterSnapshot(containers=tuple(containers), pods=tuple(pods),
                                             replicasets=self.replicasets, nodes=nodes)

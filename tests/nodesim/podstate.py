@@ -84,6 +84,8 @@ class SimContainer:
     cfs_periods_total: int = 0
     cfs_throttled_periods_total: int = 0
     oom_events_total: int = 0
+    cgroup: ContainerResources | None = None
+    """What the runtime really applied, when it differs from ``actual`` (``SimConfig.unapplied_cgroups``)."""
 
     def container_id(self, pod_uid: str) -> str:
         return hashlib.sha256(f"{pod_uid}/{self.name}/{self.restart_count}".encode()).hexdigest()[:32]

@@ -184,6 +184,26 @@ def test_the_pod_adapter_reads_the_cause_and_marks_mirror_pods() -> None:
     assert view is not None and view.static and view.priority_class == "high" and view.terminating
 
 
+def test_an_oom_kill_is_read_while_the_container_is_still_down_not_only_once_restarted() -> None:
+    def raw(status: dict[str, object]) -> dict[str, object]:
+        return {"metadata": {"namespace": "ns", "name": "p", "uid": "u", "generation": 2,
+                             "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "app", "resources": {}}]},
+                "status": {"phase": "Running", "observedGeneration": 2, "containerStatuses": [
+                    {"name": "app", "restartCount": 0, "containerID": "containerd://abc", **status}]}}
+
+    killed = {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2026-01-01T00:01:00Z"}}
+    _, down = convert_pod(raw({"state": killed, "lastState": {}}), {}, lambda *_: ("Pod", "p"))
+    c = down.containers["app"]
+    # 2026-01-01T00:01:00Z = 1767225660 s; the container ID without its runtime prefix.
+    assert (c.last_termination_reason, c.last_termination_s, c.container_id) == ("OOMKilled", 1767225660.0, "abc")
+    _, up = convert_pod(raw({"state": {"running": {}}, "lastState": killed}), {}, lambda *_: ("Pod", "p"))
+    assert up.containers["app"].last_termination_reason == "OOMKilled"
+    done = {"terminated": {"reason": "Completed", "exitCode": 0, "finishedAt": "2026-01-01T00:02:00Z"}}
+    _, completed = convert_pod(raw({"state": done, "lastState": killed}), {}, lambda *_: ("Pod", "p"))
+    assert completed.containers["app"].last_termination_reason == "OOMKilled"  # lastState's, as before
+
+
 def test_versions_give_their_own_features() -> None:
     assert not features_for(1, 35).resize_validator and features_for(1, 36).resize_validator
     assert not features_for(1, 31).resize_subresource and features_for(1, 32).resize_subresource

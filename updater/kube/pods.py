@@ -63,13 +63,25 @@ def _container(c: Obj, sidecar: bool, st: Obj | None, where: str) -> tuple[Conta
     view = ContainerView(name=str(c.get("name", "")), requests=requests, limits=limits, sidecar=sidecar,
                          resize_policy=_resize_policy(c.get("resizePolicy"), where), restart_count=restarts,
                          actual=actual_requests, actual_limits=actual_limits)
-    terminated = ((st or {}).get("lastState") or {}).get("terminated") or {}
+    terminated = _last_termination(st or {})
     obs = ContainerObservation(spec_requests=requests, spec_limits=limits, actual_requests=actual_requests,
                                actual_limits=actual_limits, restart_count=restarts,
                                last_termination_reason=terminated.get("reason"),
                                last_termination_s=optional_timestamp_s(terminated.get("finishedAt"), where),
-                               ready=bool((st or {}).get("ready", False)))
+                               ready=bool((st or {}).get("ready", False)),
+                               container_id=str((st or {}).get("containerID") or "").partition("://")[2])
     return view, obs
+
+
+def _last_termination(st: Obj) -> Obj:
+    """The container's latest termination: ``state.terminated`` while it is down after an OOM kill (the kubelet
+    moves it to ``lastState`` only when it restarts the container, after its back-off), else ``lastState``'s.
+    Seen on a real node: between the kernel's kill and the restart the pod is already unready, and an OOM kill
+    read only from ``lastState`` was reported as "pod lost readiness"."""
+    now = (st.get("state") or {}).get("terminated") or {}
+    if now.get("reason") == "OOMKilled":
+        return dict(now)
+    return dict((st.get("lastState") or {}).get("terminated") or {})
 
 
 def gated(spec: Mapping[str, Any]) -> bool:

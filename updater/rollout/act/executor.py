@@ -30,6 +30,7 @@ from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, RolloutPolicy
 from updater.rollout.act.perform import Performer
 from updater.rollout.act.ports import (
+    CgroupCheck,
     Evictions,
     PassSnapshot,
     Planner,
@@ -127,8 +128,8 @@ class Executor:
                  policy: PolicyOf, timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
                  templates: Templates | None = None, metrics: UpdaterMetrics | None = None, parallelism: int = 8,
                  verify_poll_s: float = 1.0, read_fresh: Read | None = None,
-                 gates: ServingGates | None = None) -> None:
-        self.reads = Reads(read=read, planner=planner, policy_of=policy, read_fresh=read_fresh)
+                 gates: ServingGates | None = None, cgroups: CgroupCheck | None = None) -> None:
+        self.reads = Reads(read=read, planner=planner, policy_of=policy, read_fresh=read_fresh, cgroups=cgroups)
         self.writers = Writers(store=store, resizer=resizer, evictor=evictor, templates=templates, gates=gates)
         self.tuning = Tuning(timeouts=timeouts, parallelism=max(1, parallelism), verify_poll_s=verify_poll_s)
         self.recording = Recording(recorder, metrics)
@@ -184,6 +185,8 @@ class Executor:
                 snap = read_fresh()
             else:
                 snap = self.read()
+        if self.reads.cgroups is not None:  # what the verifying pods' cgroups hold, beside their status
+            snap = self.reads.cgroups.checked(snap, everything, now_s)
         self.read_s = time.monotonic() - t0
         return everything, snap, self._plans(snap, everything, now_s)
 

@@ -142,6 +142,13 @@ class Recorder(Protocol):
                warning: bool = False) -> None: ...
 
 
+class CgroupCheck(Protocol):
+    """``updater.kube.cadvisor.CgroupCheck``: the snapshot with the cgroup disagreements of the pods being
+    verified on their observations."""
+
+    def checked(self, snap: PassSnapshot, rollouts: Sequence[Rollout], now_s: float) -> PassSnapshot: ...
+
+
 @dataclass(slots=True, kw_only=True)
 class Reads:
     """Where a pass reads from, and what it plans with."""
@@ -153,6 +160,8 @@ class Reads:
     """A read that lists pods from the API server even where ``read`` serves them from a watch-fed cache: used
     when a bake has ended, so the step that starts the next batch never rests on a view that may be up to a
     silent watch's bound old (an OOM kill in the last seconds of the bake must halt the pool, not be missed)."""
+    cgroups: CgroupCheck | None = None
+    """Verification down to the cgroup (the kubelet's cAdvisor series); None: from status alone."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,10 +1,12 @@
 """Verifying a batch and watching its gates (pure): the part of the state machine that reads what the kubelet did.
 
 A pod is verified when its observedGeneration caught up, the kubelet's status shows the new values, no resize
-condition is left, its restart counts moved only where the policy said, and it is Ready. An OOM kill, an
+condition is left, its restart counts moved only where the policy said, it is Ready, and its containers' cgroups
+hold what status says (``updater.cgroups``; a disagreement is waited out for its grace period). An OOM kill, an
 unexpected restart or a lasting actuation error fails the batch (``fail``: the rollout rolls back); Infeasible,
 or Deferred past its timeout, sends the pod back to its recorded values and leaves it for the fallback. An
-eviction or template patch is verified by its workload's ready count.
+eviction or template patch is verified by its workload's ready count. A cgroup that still disagrees after the
+grace period fails the batch too, and its pod is left as it is (Skipped: no further patch, not even a restore).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import replace
 from podtailor.resources import Resources
 from podtailor.units import format_cpu, human_memory
 from updater.answers import PendingReason
+from updater.cgroups import GRACE_S
 from updater.observe import PodObservation
 from updater.rollout.machine.effects import (
     Effect,
@@ -102,7 +105,7 @@ def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeou
         return entry, failure
     ready = obs.containers_ready if entry.drain else obs.ready
     done = (caught_up and obs.resize_pending is None and not obs.resize_in_progress and ready
-            and _actual_matches(obs, entry.after))
+            and _actual_matches(obs, entry.after) and not obs.cgroup_disagreement)
     if done and entry.drain and not (obs.serving and obs.ready):
         return replace(entry, message=READY_TO_SERVE), ""  # the caller sets it
     if done:
@@ -123,6 +126,19 @@ def _change_text(entry: Entry) -> str:
         if changes:
             parts.append(f"{c.name}: {', '.join(changes)}")
     return "; ".join(parts) or "limits only"
+
+
+def cgroup_failure(r: Rollout, batch: BatchRecord, entry: Entry, obs: PodObservation) -> tuple[Rollout, list[Effect]]:
+    """Status says done, the cgroup disagrees past the grace period: the runtime did not apply what the kubelet
+    reports. The pod is left as it is (Skipped: a restore would be one more change stacked on an unknown state)
+    and the batch fails, which halts the pool and restores the batch's other pods."""
+    why = (f"status says the resize is done but the cgroup disagrees after {obs.cgroup_disagreement_s:.0f}s: "
+           f"{obs.cgroup_disagreement}")
+    r = set_entries(r, {entry.key: replace(entry, state=EntryState.SKIPPED,
+                                           message=f"{why}; left as it is, no further patch")})
+    r, effects = fail(r, batch, f"{entry.key}: {why}")
+    return r, [Event(namespace=entry.namespace, pod=entry.pod, reason="CgroupMismatch", warning=True,
+                     message=f"{why}; no further patch to this pod"), *effects]
 
 
 def fail(r: Rollout, batch: BatchRecord, why: str) -> tuple[Rollout, list[Effect]]:
@@ -167,7 +183,11 @@ def verify_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservatio
             continue
         if entry.state != EntryState.APPLIED:
             continue
-        new, failure = _verify_entry(entry, obs.get(entry.key), now_s, timeouts)
+        seen = obs.get(entry.key)
+        if seen is not None and same_pod(entry, seen) and seen.cgroup_disagreement and \
+                seen.cgroup_disagreement_s > GRACE_S:
+            return cgroup_failure(r, batch, entry, seen)
+        new, failure = _verify_entry(entry, seen, now_s, timeouts)
         if failure:
             return fail(r, batch, f"{entry.key}: {failure}")
         o = obs.get(entry.key)
