@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from prometheus_client import CollectorRegistry
 
@@ -36,6 +36,11 @@ from recommender.cli import (
     prometheus_config,
     strategy_at_risk,
 )
+
+if TYPE_CHECKING:  # imported by the commands that run the engine, not at start-up
+    from kubernetes.client import ApiClient
+
+    from recommender.engine import RecommenderEngine
 
 DESCRIPTION = """\
 Recommend CPU and memory for Kubernetes containers from their Prometheus usage history.
@@ -81,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
+def build_engine(args: argparse.Namespace, registry: CollectorRegistry) -> tuple[RecommenderEngine, ApiClient]:
+    """The engine over the real ports for the flags, and the API client it uses (``run`` elects its leader on it)."""
     from recommender.engine import RecommenderEngine
     from recommender.kube.cluster import KubeAdapter
     from recommender.kube.events import EventRecorder

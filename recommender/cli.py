@@ -97,7 +97,7 @@ def risk_value(text: str) -> float:
         raise argparse.ArgumentTypeError(f"want a number in [{RISK_MIN:g}, {RISK_MAX:g}], got {text[:32]!r}") from None
 
 
-def add_risk_flag(g: Any) -> None:
+def add_risk_flag(g: argparse._ActionsContainer) -> None:
     g.add_argument("--risk", type=risk_value, default=None, metavar="R",
                    help="podtailor's risk setting: divides both overrun prices (CPU time over the request, OOM "
                         "kills); 1 = the default prices, 2 = less slack and more overruns, 0.5 = the opposite. "

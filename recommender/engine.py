@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from podtailor.vpa import TargetRef
 from recommender.kube.cluster import Workload
 from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec
-from recommender.kube.vpa_status import build_status, stale_status, unsupported_status
+from recommender.kube.vpa_status import StatusBuilder, build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
 from recommender.recommend import fleet_of, has_target, recommend_workload
@@ -51,7 +51,7 @@ class VpaStore(Protocol):
 
     def workload(self, namespace: str, ref: TargetRef) -> Workload | None: ...
 
-    def update_vpa_status(self, vpa: VpaIdentity, build: Any, attempts: int = 4) -> bool: ...
+    def update_vpa_status(self, vpa: VpaIdentity, build: StatusBuilder, attempts: int = 4) -> bool: ...
 
     def load_checkpoint(self, vpa: VpaIdentity) -> dict[str, Any] | None: ...
 

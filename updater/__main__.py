@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from prometheus_client import CollectorRegistry
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from updater.kube.snapshot import ClusterReader
     from updater.kube.writes import RolloutStore
+    from updater.policy.types import PodDecision
     from updater.rollout.act.executor import Executor, PassResult
     from updater.rollout.act.ports import WatchedStore
 
@@ -128,7 +129,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     return Wiring(executor=executor, api=api, reader=reader, store=store)
 
 
-def _changes(d: Any, *, exact: bool) -> str:
+def _changes(d: PodDecision, *, exact: bool) -> str:
     """The pod's request changes, "app: cpu 250m→574m, memory 1Gi→1.2Gi": rounded for a person in the table,
     the exact quantities (``exact``) in the JSON."""
     from podtailor.resources import human_quantities, quantities

@@ -21,6 +21,7 @@ from podtailor.kube.fields import pod_containers
 from podtailor.resources import CurrentResources, parse_resources
 from podtailor.vpa import GROUP, PLURAL, VERSION, TargetRef
 from recommender.kube.served import UnparsableVpa, VpaIdentity, VpaSpec, read_vpa
+from recommender.kube.vpa_status import StatusBuilder
 
 CHECKPOINT_GROUP, CHECKPOINT_VERSION, CHECKPOINT_PLURAL = "podtailor.io", "v1alpha1", "recommendercheckpoints"
 Obj = dict[str, Any]
@@ -115,7 +116,7 @@ class KubeAdapter:
         return Workload(namespace=namespace, kind=ref.kind, name=ref.name, containers=containers_of(
             _pod_spec(ref.kind, obj)))
 
-    def update_vpa_status(self, vpa: VpaIdentity, build: Callable[[Obj], Obj | None], attempts: int = 4) -> bool:
+    def update_vpa_status(self, vpa: VpaIdentity, build: StatusBuilder, attempts: int = 4) -> bool:
         """Read the VPA, let ``build(current_status)`` return the new status (None: no change), write it with
         the read resourceVersion; on 409 read again and rebuild. Returns whether anything was written."""
         for _ in range(attempts):

@@ -10,13 +10,16 @@ that changes nothing returns None so no write is made.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from podtailor.vpa import STALE_CONDITION, RecommendedContainerResources
 from recommender.model.types import Recommendation
 
 Obj = dict[str, Any]
+StatusBuilder = Callable[[Obj], Obj | None]
+"""Builds a VPA's new status from the one read (None: nothing to change); the store re-reads and rebuilds on a
+conflict, so a builder is a pure function of the status it is given."""
 
 
 def _now() -> str:
