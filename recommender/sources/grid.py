@@ -65,7 +65,8 @@ def split_grid(grid: GridRange, *, full_resolution_s: float, summary_step_s: flo
     grid times ``t - summary + step .. t`` of full resolution, which share one slot ``floor(t / summary)``:
     the hour maxima a strategy keeps per slot come out the same either way. The first summary is the first
     such time at or after ``grid.first_s``: it may reach up to ``summary - step`` before the pass's range
-    (a little more history, never a gap). Returns (``grid``, None) when nothing is old enough."""
+    (a little more history, never a gap); its samples are then stamped at ``grid.first_s``, where a full
+    read starts (``samples.from_pass_start``). Returns (``grid``, None) when nothing is old enough."""
     step = grid.step_s
     ratio = summary_step_s / step
     if math.isinf(full_resolution_s) or ratio <= 1 or abs(ratio - round(ratio)) > 1e-9:

@@ -73,6 +73,7 @@ from recommender.sources.samples import (
     Series,
     build_batches,
     drop_invalid,
+    from_pass_start,
     oom_increments,
     value_at,
     with_summaries,
@@ -193,9 +194,9 @@ class PrometheusSource:
         per_pod = self.plan.per_pod_memory
         batches = build_batches(usage, owners, cpu_interval_s=step, memory_interval_s=step, per_pod_memory=per_pod)
         if coarse is not None:
-            batches = with_summaries(batches, build_batches(summarized, owners, cpu_interval_s=coarse.step_s,
-                                                            memory_interval_s=coarse.step_s, per_pod_memory=per_pod),
-                                     step_s=step)
+            summaries = build_batches(summarized, owners, cpu_interval_s=coarse.step_s,
+                                      memory_interval_s=coarse.step_s, per_pod_memory=per_pod)
+            batches = with_summaries(batches, from_pass_start(summaries, coarse, first_s=grid.first_s), step_s=step)
         log.info("usage history read", extra={
             "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),
             "summary_steps": 0 if coarse is None else coarse.points,

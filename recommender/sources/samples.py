@@ -236,3 +236,25 @@ def with_summaries(batches: dict[ContainerKey, UsageBatch], summaries: dict[Cont
                                            memory_peak_bytes=Samples.empty(), memory_interval_s=step_s)
         out[key] = replace(batch, summary=summary)
     return dict(sorted(out.items()))
+
+
+def from_pass_start(summaries: dict[ContainerKey, UsageBatch], coarse: GridRange, *,
+                    first_s: float) -> dict[ContainerKey, UsageBatch]:
+    """The summaries with their samples of the pass's first hour slot, read at the slot's end
+    (``coarse.first_s``), stamped at the pass's first step ``first_s`` (in the same slot, ``grid.split_grid``)
+    instead: where a full-resolution read of the pass has its first sample. A strategy that starts something at
+    the first sample then starts it at the same time either way: VPA's lifespan, and its memory aggregation
+    intervals, which begin at the first sample (model/container.go ``addMemorySample``) and would otherwise all
+    move by up to an hour less a step with a planned read. Later slots and OOM kills keep their stamps. Raises
+    ValueError when ``first_s`` is not in that slot."""
+    slot_end = coarse.first_s
+    if not slot_end - coarse.step_s < first_s <= slot_end:
+        raise ValueError("the pass's first step must lie in its first summary slot")
+
+    def moved(samples: Samples) -> Samples:
+        times = np.where(samples.timestamps_s == slot_end, first_s, samples.timestamps_s)
+        return Samples(timestamps_s=times, values=samples.values)
+
+    return {key: replace(b, cpu_cores=moved(b.cpu_cores), memory_peak_bytes=moved(b.memory_peak_bytes),
+                         cpu_throttled_fraction=moved(b.cpu_throttled_fraction))
+            for key, b in summaries.items()}

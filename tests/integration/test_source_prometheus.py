@@ -94,12 +94,12 @@ def world(prometheus: LocalPrometheus, tmp_path_factory: pytest.TempPathFactory)
     tag = secrets.token_hex(3)
     shop, solo, oom = f"src-shop-{tag}", f"src-solo-{tag}", f"src-oom-{tag}"
     containers = _containers(shop, solo, oom)
-    # A whole hour (a multiple of the grid and the step), the one before the current hour: with the history ending
-    # at the current whole hour, test_planned_history_changes_no_target_beyond_a_bucket failed every run of the
-    # hour 04:00-05:00 UTC on 2026-12-06 (podtailor's CPU target 562m full against 626m planned; with podtailor's
-    # price off, VPA's memory lower bound) and passed with the end 1 to 6 hours back. Why the current hour differs
-    # is not yet known; the planned read near "now" is what the recommender does, so it stays an open question.
-    now_s = float(math.floor(time.time() / 3600) * 3600) - 3600.0
+    # A whole hour (a multiple of the grid and the step): the current one, as the recommender reads up to now, or
+    # PODTAILOR_TEST_HOURS_BACK hours before it. The daily models (peaks at 14:00 UTC) and the 6-hourly spikes
+    # are fixed in UTC, so the hour the history ends at is the phase the tests see: to try every phase,
+    # run with PODTAILOR_TEST_HOURS_BACK=0..23.
+    hours_back = int(os.environ.get("PODTAILOR_TEST_HOURS_BACK", "0"))
+    now_s = float(math.floor(time.time() / 3600) * 3600) - 3600.0 * hours_back
     path = tmp_path_factory.mktemp("source") / "history.om"
     with path.open("w") as out:
         write_openmetrics(out, containers, now_s=now_s, days=DAYS, step_s=GRID_S)
@@ -347,11 +347,34 @@ def _stamped(t: float, fine_first: float, step: float) -> float:
     return t if t >= fine_first else math.ceil((t + step) / 3600.0) * 3600.0 - step
 
 
+def _summarized_share(batch: UsageBatch, end_s: float, half_life_s: float) -> float:
+    """The share of a planned read's CPU weight in its summaries, for a histogram decaying with ``half_life_s``:
+    a sample at t weighs 2^((t - end) / half-life) times the steps it stands for (12 for an hourly summary)."""
+    assert batch.summary is not None
+    steps = batch.summary.cpu_interval_s / batch.cpu_interval_s
+    old = steps * float(np.exp2((batch.summary.cpu_cores.timestamps_s - end_s) / half_life_s).sum())
+    new = float(np.exp2((batch.cpu_cores.timestamps_s - end_s) / half_life_s).sum())
+    return old / (old + new)
+
+
 def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None:
     """The same history read at full resolution and as each strategy's ``HistoryPlan`` asks (hourly summaries
     beyond six CPU half-lives; half-lives of 3 h here so that most of 2.5 days is summarized): the hour
-    maxima of memory are the same, the planned read returns about a third of the points, and no strategy's target or
-    bound moves by more than one histogram bucket for any container."""
+    maxima of memory are the same, the planned read returns about a third of the points, no strategy's memory
+    target or bound moves by more than one histogram bucket for any container, and each CPU percentile moves
+    no further than the summarized share of the CPU weight (under 2^-6 and a little: see below) lets it.
+
+    Memory: VPA's 24 h intervals begin at the first sample, which a planned read puts where a full read has
+    it (``samples.from_pass_start``), so the intervals are the same and only the one step at each interval's
+    edge in the summarized part may change sides. CPU: the summaries hold under 2^-6 of the weight (six
+    half-lives), and stamped at their slot's end, 27.5 min after the mean of its 12 steps, a little more
+    (2^(27.5/180) x 2^-6 ~ 0.017). So at any level x the share of weight at or under x differs between the
+    reads by at most that share w, and the planned p-percentile lies between the full read's (p - w)- and
+    (p + w)-percentiles. Where the distribution is thin (api's daily peak, 18 h back when the history ends at
+    08:00 UTC) those are more than a bucket apart: there VPA's p90 of api is 0.584 cores full and 0.623
+    planned, the full read's p(0.9 + 0.017) exactly, and a one-bucket tolerance failed at some hours of the
+    day and passed at others. krr-simple reads everything at full resolution: its
+    targets are compared as they are."""
     start, end = world.now_s - 2.5 * 86400, world.now_s
     namespaces = [world.shop, world.solo, world.oom]
     full = _source(world.url).history(namespaces, start, end)
@@ -394,8 +417,17 @@ def test_planned_history_changes_no_target_beyond_a_bucket(world: World) -> None
             recs = [strategy.recommend(s, now_s=end, policy=ContainerPolicy(), current=current)[0] for s in states]
             for field_name in ("uncapped_target", "lower_bound", "upper_bound"):
                 a, b = getattr(recs[0], field_name), getattr(recs[1], field_name)
-                assert _within_a_bucket(a.cpu_millicores, b.cpu_millicores, ratio, 1), (name, key, field_name, a, b)
+                if plan.full:
+                    assert _within_a_bucket(a.cpu_millicores, b.cpu_millicores, ratio, 1), (name, key, field_name)
                 assert _within_a_bucket(a.memory_bytes, b.memory_bytes, ratio, MI), (name, key, field_name, a, b)
+            if not plan.full:  # the CPU histograms (VPA's, podtailor's slow one: both decay with the 3 h half-life)
+                w = _summarized_share(got, end, 3 * 3600.0)
+                # At least six half-lives at full resolution (up to an hour more when the end is not a whole hour)
+                assert 0.0 < w < 2.0**-6 * 1.12, (name, key, w)
+                full_cpu, planned_cpu = (s.cpu for s in states)  # type: ignore[attr-defined]
+                for p in (0.5, 0.9, 0.95):
+                    band = (full_cpu.percentile(max(p - w, 0.0)), full_cpu.percentile(min(p + w, 1.0)))
+                    assert band[0] <= planned_cpu.percentile(p) <= band[1], (name, key, p, w, band)
         if not plan.full:
             assert points < 0.4 * sum(len(b.cpu_cores) for b in full.values()), (name, points)
 

@@ -19,6 +19,7 @@ from recommender.sources.samples import (
     Series,
     build_batches,
     drop_invalid,
+    from_pass_start,
     oom_increments,
     parse_matrix,
     value_at,
@@ -123,6 +124,65 @@ def test_with_summaries_attaches_older_history_and_keeps_summary_only_keys() -> 
     assert list(out) == [a, b]
     assert out[a].summary is not None and out[a].summary.cpu_interval_s == 3600 and len(out[a].cpu_cores) == 1
     assert out[b].summary is not None and len(out[b].cpu_cores) == 0 and out[b].cpu_interval_s == 300
+
+
+def _sawtooth_memory(times: np.ndarray) -> np.ndarray:
+    """A working set that falls from 1000 to 500 bytes over each UTC day (a step of 5 min is worth ~1.7)."""
+    return 1000.0 - 500.0 * ((times % 86400.0) / 86400.0)
+
+
+def test_a_planned_read_starts_vpas_lifespan_and_memory_intervals_where_a_full_read_does() -> None:
+    """A pass over (00:00 day 0, 12:00 day 2] at a 300 s step with 18 h at full resolution: as a full read, VPA's
+    first sample is 00:05 and its 24 h memory intervals end at 00:05 each day; the last one, [00:05 day 2,
+    12:00], lies in the full-resolution part and peaks at 00:05 (the sawtooth falls all day). The planned read's
+    first summary is read at 00:55 (the end of the slot 00:00..00:55); stamped there, it would move the first
+    sample and every interval by 50 min, and the last interval's peak to 00:55's, 50/1440 x 500 ~ 17 bytes
+    lower. Stamped at the pass's first step, both reads give VPA the same lifespan, the same last interval and
+    the same peak in it."""
+    from recommender.model.vpa import VpaParams, VpaState
+
+    t0 = 1_790_000_000 // 86400 * 86400.0  # 00:00 UTC
+    grid = aligned_range(t0, t0 + 60 * 3600, 300)
+    assert grid is not None
+    fine, coarse = split_grid(grid, full_resolution_s=18 * 3600.0, summary_step_s=3600.0)
+    assert fine is not None and coarse is not None and coarse.first_s == t0 + 3300 and grid.first_s == t0 + 300
+
+    def batch(times: np.ndarray, memory: np.ndarray, interval: float) -> UsageBatch:
+        return UsageBatch(cpu_cores=Samples(timestamps_s=times, values=np.full(times.size, 0.1)),
+                          cpu_interval_s=interval, memory_peak_bytes=Samples(timestamps_s=times, values=memory),
+                          memory_interval_s=interval)
+
+    key = ContainerKey(namespace="ns", workload_kind="Deployment", workload_name="db", container="c")
+    steps = grid.first_s + 300.0 * np.arange(grid.points)
+    slots = coarse.first_s + 3600.0 * np.arange(coarse.points)
+    # What Prometheus answers for each slot: the peak of the 12 steps t - 55 min .. t (the first reaches 00:00).
+    slot_peaks = np.array([_sawtooth_memory(t - 300.0 * np.arange(12)).max() for t in slots])
+    in_fine = steps >= fine.first_s
+    full = batch(steps, _sawtooth_memory(steps), 300.0)
+    summaries = from_pass_start({key: batch(slots, slot_peaks, 3600.0)}, coarse, first_s=grid.first_s)
+    planned = with_summaries({key: batch(steps[in_fine], _sawtooth_memory(steps[in_fine]), 300.0)}, summaries,
+                             step_s=300.0)[key]
+    assert planned.summary is not None
+    states = [VpaState(VpaParams()) for _ in range(2)]
+    states[0].add(full)
+    states[1].add(planned)
+    assert states[0].first_sample_s == states[1].first_sample_s == t0 + 300
+    assert states[0].last_sample_s == states[1].last_sample_s == t0 + 60 * 3600  # the same lifespan
+    # 720 steps, and the step at 00:00 that the first slot also holds.
+    assert (states[0].total_samples, states[1].total_samples) == (720, 721)
+    # The last interval [00:05 day 2, 00:05 day 3) and its peak, at 00:05 day 2: 1000 - 500 x 300 / 86400.
+    assert states[0].memory.window_end_s == states[1].memory.window_end_s == t0 + 3 * 86400 + 300
+    assert states[0].memory.current_peak == states[1].memory.current_peak == pytest.approx(1000 - 500 * 300 / 86400)
+    # Only the first slot moved: the next one is still read and stamped at its end, 01:55.
+    assert planned.summary.memory_peak_bytes.timestamps_s[:2].tolist() == [t0 + 300, t0 + 3300 + 3600]
+
+
+def test_from_pass_start_refuses_a_first_step_outside_the_first_slot() -> None:
+    coarse = GridRange(first_s=T0 + 3240, last_s=T0 + 3240 + 7200, step_s=3600)
+    assert from_pass_start({}, coarse, first_s=T0 + 3240) == {}  # the first step is the slot's end: unchanged
+    for first in (T0 + 3240 - 3600, T0 + 3300):
+        with pytest.raises(ValueError, match="first summary slot"):
+            from_pass_start({}, coarse, first_s=first)
 
 
 # ---------------------------------------------------------------------------------------------- owners
