@@ -73,8 +73,8 @@ if ! [[ -x "$ETCD_OUT/etcd" ]]; then
   wd="$CACHE_ROOT/work/etcd-${ETCD_VERSION}"; rm -rf "$wd"; mkdir -p "$wd"; cd "$wd"
   go mod init local/etcdbin >/dev/null 2>&1
   go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2 || die "go get etcd ${ETCD_VERSION} failed"
-  go build -trimpath -o "$ETCD_OUT/etcd.tmp" go.etcd.io/etcd/server/v3 >&2 || die "building etcd failed"
-  mv "$ETCD_OUT/etcd.tmp" "$ETCD_OUT/etcd"
+  go build -trimpath -o "$ETCD_OUT/etcd.tmp.$$" go.etcd.io/etcd/server/v3 >&2 || die "building etcd failed"
+  mv "$ETCD_OUT/etcd.tmp.$$" "$ETCD_OUT/etcd"
   log "etcd built: $("$ETCD_OUT/etcd" --version | head -1)"
 fi
 
@@ -126,9 +126,9 @@ if (( ${#todo[@]} )); then
   if write_tools; then go mod tidy -e >&2 || true; fi  # a command added to K8S_CMDS since the wrapper was made
   for cmd in "${todo[@]}"; do
     log "step 4/4: compiling ${cmd}"
-    go build -trimpath -ldflags "-s -w ${ld}" -o "$BIN/${cmd}.tmp" "k8s.io/kubernetes/cmd/${cmd}" >&2 \
+    go build -trimpath -ldflags "-s -w ${ld}" -o "$BIN/${cmd}.tmp.$$" "k8s.io/kubernetes/cmd/${cmd}" >&2 \
       || die "building ${cmd} failed (see the go output above)"
-    mv "$BIN/${cmd}.tmp" "$BIN/${cmd}"
+    mv "$BIN/${cmd}.tmp.$$" "$BIN/${cmd}"
   done
   log "kubernetes built: $("$BIN/kube-apiserver" --version)"
 fi
@@ -139,9 +139,9 @@ if ! [[ -x "$HOLLOW_BIN" ]]; then
   prepare_wrapper
   rm -rf hollownode; mkdir hollownode; cp "$HOLLOW_SRC"/*.go hollownode/
   go mod tidy -e >&2 || true
-  go build -trimpath -ldflags "-s -w ${ld}" -o "$HOLLOW_BIN.tmp" ./hollownode >&2 \
+  go build -trimpath -ldflags "-s -w ${ld}" -o "$HOLLOW_BIN.tmp.$$" ./hollownode >&2 \
     || die "building hollow-node failed (see the go output above)"
-  mv "$HOLLOW_BIN.tmp" "$HOLLOW_BIN"
+  mv "$HOLLOW_BIN.tmp.$$" "$HOLLOW_BIN"
   find "$BIN" -maxdepth 1 -name 'hollow-node-*' ! -name "hollow-node-${HOLLOW_HASH}" -delete
   log "hollow-node built"
 fi

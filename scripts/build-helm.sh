@@ -57,8 +57,8 @@ import _ "helm.sh/helm/v4/cmd/helm"
 GO
   go get "${PKG}@${VERSION}" >&2 || die "go get ${PKG}@${VERSION} failed"
   go mod tidy -e >&2 || true
-  go build -trimpath -ldflags "$LDFLAGS" -o "$BIN.tmp" "$PKG" >&2 || die "building helm failed"
-  mv "$BIN.tmp" "$BIN"
+  go build -trimpath -ldflags "$LDFLAGS" -o "$BIN.tmp.$$" "$PKG" >&2 || die "building helm failed"
+  mv "$BIN.tmp.$$" "$BIN"
 fi
 [[ -x "$BIN" ]] || die "helm missing after build"
 "$BIN" version --short >/dev/null 2>&1 || { rm -f "$BIN"; die "the built helm does not run ($BIN removed)"; }

@@ -42,8 +42,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 log "building kubelet ${K8S_VERSION} (a warm build takes about 35 s; cold, several minutes)"
 go mod tidy -e >&2 || true
-go build -trimpath -ldflags "-s -w ${ld}" -o "$BIN/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet >&2 \
+go build -trimpath -ldflags "-s -w ${ld}" -o "$BIN/kubelet.tmp.$$" k8s.io/kubernetes/cmd/kubelet >&2 \
   || die "building the kubelet failed (see the go output above)"
-mv "$BIN/kubelet.tmp" "$BIN/kubelet"
+mv "$BIN/kubelet.tmp.$$" "$BIN/kubelet"
 log "kubelet built: $("$BIN/kubelet" --version)"
 echo "$BIN/kubelet"

@@ -52,8 +52,8 @@ import _ "sigs.k8s.io/kustomize/kustomize/v5"
 GO
   go get "${MODULE}@${VERSION}" >&2 || die "go get ${MODULE}@${VERSION} failed"
   go mod tidy -e >&2 || true
-  go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" "$MODULE" >&2 || die "building kustomize failed"
-  mv "$BIN.tmp" "$BIN"
+  go build -trimpath -ldflags "-s -w" -o "$BIN.tmp.$$" "$MODULE" >&2 || die "building kustomize failed"
+  mv "$BIN.tmp.$$" "$BIN"
 fi
 [[ -x "$BIN" ]] || die "kustomize missing after build"
 log "kustomize built: $("$BIN" version 2>/dev/null || echo "$VERSION")"

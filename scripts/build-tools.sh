@@ -86,9 +86,9 @@ go mod tidy -e >&2 || true
 
 log "step 4/4: compiling ${PKG}"
 mkdir -p "$BIN"
-go build -trimpath -tags "${TAGS}" -ldflags "-s -w ${LDFLAGS}" -o "$BIN/${BINARY}.tmp" "$PKG" >&2 \
+go build -trimpath -tags "${TAGS}" -ldflags "-s -w ${LDFLAGS}" -o "$BIN/${BINARY}.tmp.$$" "$PKG" >&2 \
   || die "step 4/4: building ${PKG} failed (see the go output above)"
-mv "$BIN/${BINARY}.tmp" "$BIN/${BINARY}"
+mv "$BIN/${BINARY}.tmp.$$" "$BIN/${BINARY}"
 printf '%s\n' "$VERSION" > "$BIN/../VERSION"
 log "built in $(( $(date +%s) - started ))s: $BIN/$BINARY ($(du -sh "$BIN/$BINARY" | cut -f1))"
 echo "$BIN/$BINARY"

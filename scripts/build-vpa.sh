@@ -103,9 +103,9 @@ mkdir -p "$BIN"
 ld="-s -w"
 for b in "${missing[@]}"; do
   log "step 4/4: compiling ${b} (${PKGS[$b]})"
-  go build -trimpath -ldflags "$ld" -o "$BIN/${b}.tmp" "${PKGS[$b]}" >&2 \
+  go build -trimpath -ldflags "$ld" -o "$BIN/${b}.tmp.$$" "${PKGS[$b]}" >&2 \
     || die "step 4/4: building ${b} failed (see the go output above)"
-  mv "$BIN/${b}.tmp" "$BIN/${b}"
+  mv "$BIN/${b}.tmp.$$" "$BIN/${b}"
 done
 printf '%s\n' "$VERSION" > "$BIN/../VERSION"
 log "built in $(( $(date +%s) - started ))s: $BIN ($(du -sh "$BIN" | cut -f1))"
