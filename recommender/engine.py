@@ -28,7 +28,7 @@ from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity,
 from recommender.kube.vpa_status import StatusBuilder, build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
-from recommender.recommend import fleet_of, has_target, recommend_workload
+from recommender.recommend import fleet_of, has_target, recommend_workload, strategy_for
 from recommender.sources.errors import PartialSourceError
 
 log = logging.getLogger("podtailor.recommender")
@@ -267,13 +267,16 @@ class RecommenderEngine:
                 log.warning("risk annotation not used", extra={"namespace": spec.namespace, "vpa": spec.name,
                                                                "reason": message})
                 self._event(spec, "RiskAnnotationIgnored", message, warning=True)
-        if spec.risk is None or self.strategy_at_risk is None:
-            return self.strategy
-        if spec.risk not in self._by_risk:
+        return strategy_for(spec, self.strategy, None if self.strategy_at_risk is None else self._at_risk)
+
+    def _at_risk(self, risk: float) -> Strategy:
+        """``strategy_at_risk`` through a small cache (the oldest strategy is dropped beyond RISK_CACHE_SIZE)."""
+        if risk not in self._by_risk:
+            assert self.strategy_at_risk is not None  # _strategy_for passes this only when there is one
             if len(self._by_risk) >= RISK_CACHE_SIZE:
                 del self._by_risk[next(iter(self._by_risk))]
-            self._by_risk[spec.risk] = self.strategy_at_risk(spec.risk)
-        return self._by_risk[spec.risk]
+            self._by_risk[risk] = self.strategy_at_risk(risk)
+        return self._by_risk[risk]
 
     def _event(self, spec: VpaIdentity, reason: str, message: str, *, warning: bool = False) -> None:
         if self.events is not None:
