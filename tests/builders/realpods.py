@@ -56,19 +56,22 @@ def pod_spec(node: str, *containers: dict[str, Any]) -> dict[str, Any]:
 def run_pod(core: client.CoreV1Api, ns: str, name: str, node: str, *containers: dict[str, Any],
             timeout_s: float = 90.0) -> client.V1Pod:
     """Create the pod on ``node`` and wait until all its containers run and it is Ready."""
-    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                                    "spec": pod_spec(node, *containers)})
+    body: Any = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(node, *containers)}
+    core.create_namespaced_pod(ns, body)  # the client sends a plain dict as it is
     return eventually(f"pod {name} Ready on the real node {node}", lambda: _ready(core.read_namespaced_pod(name, ns)),
                       timeout_s=timeout_s, interval_s=0.2)
 
 
 def _ready(pod: client.V1Pod) -> client.V1Pod | None:
-    ok = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-    return pod if ok and pod.status.phase == "Running" else None
+    status = pod.status
+    if status is None:
+        return None
+    ok = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+    return pod if ok and status.phase == "Running" else None
 
 
 def status_of(pod: client.V1Pod, name: str) -> client.V1ContainerStatus:
-    return next(s for s in pod.status.container_statuses or [] if s.name == name)
+    return next(s for s in (pod.status.container_statuses if pod.status else None) or [] if s.name == name)
 
 
 def container_id(pod: client.V1Pod, name: str) -> str:
@@ -112,8 +115,8 @@ def read_cgroup(node: RealNode, layout: realhost.CgroupLayout, cid: str) -> Cgro
                             memory_limit_bytes=None if memory == "max" else int(memory),
                             pids=tuple(sorted(int(p) for p in (d / "cgroup.procs").read_text().split())))
     cpu, mem = cgroup_dir(node, layout, "cpu", cid), cgroup_dir(node, layout, "memory", cid)
-    quota = int((cpu / "cpu.cfs_quota_us").read_text())
-    return CgroupValues(cpu_quota_us=None if quota < 0 else quota,
+    quota_us = int((cpu / "cpu.cfs_quota_us").read_text())
+    return CgroupValues(cpu_quota_us=None if quota_us < 0 else quota_us,
                         cpu_period_us=int((cpu / "cpu.cfs_period_us").read_text()),
                         cpu_shares=int((cpu / "cpu.shares").read_text()), cpu_weight=None,
                         memory_limit_bytes=int((mem / "memory.limit_in_bytes").read_text()),
@@ -152,9 +155,11 @@ def wait_resized(core: client.CoreV1Api, ns: str, name: str, generation: int, ti
     t0 = time.monotonic()
 
     def done() -> bool:
-        pod = core.read_namespaced_pod(name, ns)
-        conditions = {c.type for c in pod.status.conditions or []}
-        return (pod.status.observed_generation or 0) >= generation and not (
+        status = core.read_namespaced_pod(name, ns).status
+        if status is None:
+            return False
+        conditions = {c.type for c in status.conditions or []}
+        return (status.observed_generation or 0) >= generation and not (
             {"PodResizePending", "PodResizeInProgress"} & conditions)
 
     eventually(f"{name}'s resize done in status", done, timeout_s=timeout_s, interval_s=0.05)
