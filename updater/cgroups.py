@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from podtailor.resources import Resources
+from podtailor.units import format_memory
 
 CPU_PERIOD_US = 100_000
 """The kubelet's CFS period (``cpuCFSQuotaPeriod`` default, 100 ms)."""
@@ -66,6 +67,6 @@ def disagreement(requests: Resources, limits: Resources, reading: CgroupReading)
                     f"{requests.cpu_millicores}m ({want} shares) (container_spec_cpu_shares)")
     if limits.memory_bytes is not None and reading.memory_limit_bytes is not None and \
             abs(reading.memory_limit_bytes - limits.memory_bytes) >= PAGE_BYTES:
-        return (f"memory limit: the cgroup's limit is {reading.memory_limit_bytes} bytes, status says "
-                f"{limits.memory_bytes} bytes (container_spec_memory_limit_bytes)")
+        return (f"memory limit: the cgroup's limit is {format_memory(reading.memory_limit_bytes)}, status says "
+                f"{format_memory(limits.memory_bytes)} (container_spec_memory_limit_bytes)")
     return ""
