@@ -66,6 +66,9 @@ def test_the_cadvisor_page_is_read_by_container_id_from_the_cgroup_path() -> Non
     assert page == {CID: CgroupReading(cpu_quota_us=150_000, memory_limit_bytes=128 * Mi),
                     "b" * 64: CgroupReading(cpu_shares=512)}
     assert parse_cadvisor("# a hollow node: no container_spec series\nup 1\n") == {}
+    # A NaN or infinite sample (a broken exporter) says nothing about the cgroup: that field is not compared.
+    broken = PAGE.replace("} 512", "} NaN").replace("} 1.34217728e+08", "} +Inf")
+    assert parse_cadvisor(broken) == {CID: CgroupReading(cpu_quota_us=150_000)}
 
 
 def _verifying(*entries: Entry) -> Rollout:

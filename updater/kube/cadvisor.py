@@ -13,6 +13,7 @@ node, not passed over silently.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +48,7 @@ def parse_cadvisor(text: str) -> dict[str, CgroupReading]:
             continue
         for sample in family.samples:
             match = CONTAINER_ID.search(sample.labels.get("id", ""))
-            if match:
+            if match and math.isfinite(sample.value):  # a NaN or infinite sample says nothing: not compared
                 fields.setdefault(match.group(1), {})[attr] = int(sample.value)
     return {cid: CgroupReading(**values) for cid, values in fields.items()}
 
