@@ -135,6 +135,9 @@ def _due(entry: Entry, slots: int, now_s: float) -> bool:
 def _apply_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation], now_s: float,
                  slots: int, timeouts: Timeouts,
                  work: Mapping[tuple[str, str, str], WorkloadObservation]) -> tuple[Rollout, list[Effect]]:
+    if batch.phase == BatchPhase.APPLYING and batch.deadline_s is not None and now_s > batch.deadline_s:
+        waiting = [e.key for e in r.entries_of(batch.index) if e.state in WAITING]
+        return fail(r, batch, f"not applied within the timeout: {', '.join(waiting[:5])}")  # never left Applying
     effects: list[Effect] = []
     changed: dict[str, Entry] = {}
     for entry in r.entries_of(batch.index):
