@@ -119,7 +119,7 @@ def _explain(api: client.ApiClient, r: Any, pods: dict[str, Any]) -> list[str]:
     nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
     for e in r.entries:
         if e.state in (EntryState.VERIFIED, EntryState.SKIPPED, EntryState.GONE, EntryState.REVERTED,
-                       EntryState.INFEASIBLE, EntryState.EVICTED) or e.batch > r.current_batch:
+                       EntryState.NOT_RESTORED, EntryState.INFEASIBLE, EntryState.EVICTED) or e.batch > r.current_batch:
             continue
         pod = pods.get(e.uid)
         line = f"  {e.key} batch {e.batch} {e.state.value} gen {e.generation} applied_s {e.applied_s} {e.message!r}"

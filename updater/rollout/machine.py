@@ -56,7 +56,14 @@ from updater.rollout.machine_effects import (
     set_entries,
     spec_matches,
 )
-from updater.rollout.machine_verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
+from updater.rollout.machine_verify import (
+    MAX_TEMPLATE_REVERTS,
+    check_restore,
+    fail,
+    oom_since,
+    restarts_ok,
+    verify_batch,
+)
 
 __all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Resize", "SetServing",
            "Timeouts", "WorkloadObservation", "Workloads", "advance", "answered", "blocked_event", "settle",
@@ -198,7 +205,10 @@ def _complete(r: Rollout) -> tuple[Rollout, list[Effect]]:
 
 
 # ----------------------------------------------------------------------------------------------- rollback
-def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, list[Effect]]:
+def _rollback(r: Rollout, obs: Mapping[str, PodObservation], now_s: float,
+              timeouts: Timeouts) -> tuple[Rollout, list[Effect]]:
+    """Restore every pod the failed batches (or, for ``rollback``, all batches) changed, then halt: a pod is
+    Reverted only once the kubelet reports its recorded values (``check_restore``), else NotRestored."""
     failed = {b.index for b in r.batches if b.phase == BatchPhase.FAILED}
     effects: list[Effect] = []
     changed: dict[str, Entry] = {}
@@ -221,9 +231,12 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
         if entry.drain and o.serving is False:
             effects.append(serving_effect(entry, True))  # whatever happens next, the pod serves again
         if spec_matches(o, entry.before):
-            changed[entry.key] = replace(entry, state=EntryState.REVERTED)
+            if entry.state == EntryState.REVERTING:  # our restore reached the pod (its answer may have been lost)
+                entry = replace(entry, generation=max(entry.generation or 0, o.generation))
+            changed[entry.key], more = check_restore(entry, o, now_s, timeouts)
+            effects += more
         elif spec_matches(o, entry.after):
-            changed[entry.key] = replace(entry, state=EntryState.REVERTING)
+            changed[entry.key] = replace(entry, state=EntryState.REVERTING, not_before_s=None)
             effects.append(resize_effect(entry, "revert"))
         else:
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED,
@@ -231,10 +244,13 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
     r = set_entries(r, changed)
     if any(e.state == EntryState.REVERTING for e in r.entries):
         return r, effects
-    final = Phase.ROLLED_BACK if r.rollback_all else Phase.HALTED
-    done = Event(namespace="", pod=None, reason="RolloutRolledBack", warning=not r.rollback_all,
-                 message=f"pool {r.pool}: restored; {r.message}")
-    return replace(r, phase=final), [*effects, done]
+    stuck = [e.key for e in r.entries if e.state == EntryState.NOT_RESTORED]
+    final = Phase.ROLLED_BACK if r.rollback_all and not stuck else Phase.HALTED
+    message = r.message if not stuck or "not restored:" in r.message else \
+        f"{r.message}; not restored: {len(stuck)} pods ({', '.join(stuck[:5])})"
+    done = Event(namespace="", pod=None, reason="RolloutRolledBack", warning=final == Phase.HALTED,
+                 message=f"pool {r.pool}: {'restore incomplete' if stuck else 'restored'}; {message}")
+    return replace(r, phase=final, message=message), [*effects, done]
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -248,7 +264,7 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
     """One step. ``slots``: resizes this rollout may start now (global concurrency); ``signals``: extra gate
     failures by pod key (e.g. a throttling spike); ``frozen``: the pool is unhealthy, start nothing new."""
     if r.phase == Phase.ROLLING_BACK:
-        return _rollback(r, obs)
+        return _rollback(r, obs, now_s, timeouts)
     if r.phase not in (Phase.PROGRESSING, Phase.BAKING) or r.current_batch >= len(r.batches):
         return r, []
     batch = r.batches[r.current_batch]
@@ -303,8 +319,9 @@ def settle(r: Rollout, key: str, purpose: str, *, ok: bool, generation: int | No
                     message=f"quota: {error}" if refusal == Refusal.QUOTA else error)
     elif entry.state == EntryState.INFEASIBLE:
         new = replace(entry, message=entry.message if ok else f"{entry.message}; restore failed: {error}")
-    else:
-        new = replace(entry, state=EntryState.REVERTED if ok else EntryState.REVERTING, message=error)
+    else:  # accepted is not landed: Reverting, with the restore's generation, until the kubelet reports it
+        new = replace(entry, state=EntryState.REVERTING, generation=generation if ok else entry.generation,
+                      not_before_s=None, message=error)
     r = set_entries(r, {key: new})
     batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
     if purpose == "apply" and batch.phase == BatchPhase.APPLYING and answered(r.entries_of(batch.index)):
