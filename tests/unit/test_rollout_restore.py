@@ -121,3 +121,32 @@ def test_a_restore_that_lands_between_looks_is_reverted() -> None:
     r, _ = machine.advance(r, {"ns/a": obs("a", SMALL, SMALL, generation=3, observed=3)}, NOW + 12,
                            timeouts=TIMEOUTS)  # usage dropped, the kubelet applied it
     assert r.phase == Phase.HALTED and r.entries[0].state == EntryState.REVERTED
+
+
+def test_the_journal_counts_a_restore_whose_apply_it_never_saw_answered() -> None:
+    # Every write is journaled before it is sent, and its generation after it: the audit counts an entry's writes
+    # from its state and generation (Reverted with a generation: the apply and the restore). Here the journal
+    # says Applying with no generation (the apply's answer was never written: a 409 on the outcome's save, or a
+    # fresh process reading it), the apply did land (generation 2), and the batch's deadline passes.
+    e = entry("a", 0, state=EntryState.APPLYING, applied_s=NOW, before=(SMALL,), after=(BIG,))
+    r = rollout(e, batches=1)
+    r = replace(r, batches=(replace(r.batches[0], phase=BatchPhase.APPLYING, started_s=NOW, deadline_s=NOW + 60),))
+    landed = {"ns/a": obs("a", BIG, BIG, generation=2, observed=2)}
+    r, _ = machine.advance(r, landed, NOW + 61, timeouts=TIMEOUTS)
+    assert r.phase == Phase.ROLLING_BACK
+    r, effects = machine.advance(r, landed, NOW + 62, timeouts=TIMEOUTS)
+    assert [(z.key, z.values) for z in effects if isinstance(z, machine.Resize)] == [("ns/a", (SMALL,))]
+    r = machine.settle(r, "ns/a", "revert", ok=True, generation=3, now_s=NOW + 62)  # the restore: generation 3
+    r, _ = machine.advance(r, {"ns/a": obs("a", SMALL, SMALL, generation=3, observed=3)}, NOW + 63,
+                           timeouts=TIMEOUTS)
+    [done] = r.entries
+    assert (done.state, done.generation) == (EntryState.REVERTED, 3)  # 1 + apply + restore == the pod's 3
+
+
+def test_a_restore_whose_answer_was_lost_takes_the_pods_generation() -> None:
+    # The restore reached the pod but its answer did not come back (a timeout): the entry is still Reverting with
+    # the apply's generation; the next look finds the recorded values in the spec at generation 3.
+    r, _ = machine.advance(_failed(), {"ns/a": obs("a", BIG, BIG, generation=2, observed=2)}, NOW, timeouts=TIMEOUTS)
+    assert (r.entries[0].state, r.entries[0].generation) == (EntryState.REVERTING, 2)
+    r, _ = machine.advance(r, {"ns/a": obs("a", SMALL, SMALL, generation=3, observed=3)}, NOW + 1, timeouts=TIMEOUTS)
+    assert (r.entries[0].state, r.entries[0].generation, r.phase) == (EntryState.REVERTED, 3, Phase.HALTED)
