@@ -150,3 +150,27 @@ def test_a_restore_whose_answer_was_lost_takes_the_pods_generation() -> None:
     assert (r.entries[0].state, r.entries[0].generation) == (EntryState.REVERTING, 2)
     r, _ = machine.advance(r, {"ns/a": obs("a", SMALL, SMALL, generation=3, observed=3)}, NOW + 1, timeouts=TIMEOUTS)
     assert (r.entries[0].state, r.entries[0].generation, r.phase) == (EntryState.REVERTED, 3, Phase.HALTED)
+
+
+def test_an_infeasible_pods_restore_not_accepted_is_sent_again_while_its_batch_bakes() -> None:
+    # "a" was found Infeasible and its restore sent, but the API server answered 409 (its status had moved): the
+    # spec still holds the new values while the journal says Infeasible (restore intended; the audit counts
+    # apply + restore). The restore is sent again while the batch is verified, baked or rolled back.
+    a = entry("a", 0, state=EntryState.INFEASIBLE, generation=2, applied_s=NOW, before=(SMALL,), after=(BIG,))
+    b = entry("b", 0, state=EntryState.VERIFIED, generation=2, applied_s=NOW, before=(SMALL,), after=(BIG,))
+    r = rollout(a, b, batches=1)
+    baking = replace(r, phase=Phase.BAKING, batches=(replace(r.batches[0], phase=BatchPhase.BAKING,
+                                                             bake_until_s=NOW + 60),))
+    seen = {"ns/a": obs("a", BIG, SMALL, generation=2, observed=2, pending="Infeasible"),
+            "ns/b": obs("b", BIG, BIG, generation=2, observed=2)}
+    _, effects = machine.advance(baking, seen, NOW + 1, timeouts=TIMEOUTS)
+    assert [(z.key, z.values, z.purpose) for z in effects if isinstance(z, machine.Resize)] == [
+        ("ns/a", (SMALL,), "revert")]
+    failed = replace(baking, phase=Phase.ROLLING_BACK, batches=(replace(baking.batches[0], phase=BatchPhase.FAILED),))
+    _, effects = machine.advance(failed, seen, NOW + 1, timeouts=TIMEOUTS)
+    assert sorted((z.key, z.values) for z in effects if isinstance(z, machine.Resize)) == [
+        ("ns/a", (SMALL,)), ("ns/b", (SMALL,))]
+    # Once the spec holds the recorded values, nothing is sent again.
+    seen["ns/a"] = obs("a", SMALL, SMALL, generation=3, observed=3)
+    _, effects = machine.advance(baking, seen, NOW + 2, timeouts=TIMEOUTS)
+    assert not [z for z in effects if isinstance(z, machine.Resize)]

@@ -62,6 +62,7 @@ from updater.rollout.machine_verify import (
     fail,
     oom_since,
     restarts_ok,
+    restores_not_accepted,
     verify_batch,
 )
 
@@ -221,6 +222,9 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation], now_s: float,
                 effects.append(serving_effect(entry, True))
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED, message="rolled back before its resize")
             continue
+        if entry.state == EntryState.INFEASIBLE:
+            effects += restores_not_accepted([entry], obs)  # its batch failed before its restore was accepted
+            continue
         if entry.state not in ACTIVE and entry.state != EntryState.REVERTING:
             continue
         o = obs.get(entry.key)
@@ -272,15 +276,17 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
         if frozen and batch.phase == BatchPhase.PENDING:
             return replace(r, message=f"pool {r.pool} frozen: waiting for healthy nodes"), []
         return _apply_batch(r, batch, obs, now_s, slots, timeouts, workloads or {})
+    resend = restores_not_accepted(r.entries_of(batch.index), obs)
     if batch.phase == BatchPhase.VERIFYING:
-        return verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
+        verified, effects = verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
+        return verified, resend + effects
     if batch.phase == BatchPhase.BAKING:
         baked, effects = _bake_batch(r, batch, obs, now_s, signals or {})
         if baked.phase == Phase.PROGRESSING and baked.current_batch > r.current_batch and not frozen:
             nxt, more = advance(baked, obs, now_s, slots=slots, timeouts=timeouts, signals=signals, frozen=frozen,
                                 workloads=workloads)  # the bake is over: start the next batch now, not next pass
-            return nxt, effects + more
-        return baked, effects
+            return nxt, resend + effects + more
+        return baked, resend + effects
     return r, []
 
 

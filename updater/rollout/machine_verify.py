@@ -36,6 +36,7 @@ from updater.rollout.machine_effects import (
     serving_effect,
     set_batch,
     set_entries,
+    spec_matches,
 )
 
 MAX_TEMPLATE_REVERTS = 3
@@ -145,6 +146,20 @@ def check_restore(entry: Entry, obs: PodObservation, now_s: float, timeouts: Tim
     return replace(entry, state=EntryState.NOT_RESTORED, attempts=checks, not_before_s=None, message=message), [
         Event(namespace=entry.namespace, pod=entry.pod, reason="RestoreFailed", warning=True,
               message=f"{message}; the spec holds them, the pod runs the others; its pool stays Halted")]
+
+
+def restores_not_accepted(entries: Iterable[Entry], obs: Mapping[str, PodObservation]) -> list[Effect]:
+    """The restore of an Infeasible pod again, while its spec still holds the new values: the first send was not
+    accepted (a 409 on a moving pod, the API server's "not now"). The journal already says Infeasible (restore
+    intended, the apply's generation kept), so this retry is journaled before it is sent; it is tried while
+    its batch is verified, baked or rolled back."""
+    out: list[Effect] = []
+    for e in entries:
+        o = obs.get(e.key)
+        if e.state == EntryState.INFEASIBLE and e.action == RESIZE and same_pod(e, o) and o is not None \
+                and spec_matches(o, e.after):
+            out.append(resize_effect(e, "revert"))
+    return out
 
 
 def _change_text(entry: Entry) -> str:
