@@ -250,8 +250,7 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation], now_s: float,
         return r, effects
     stuck = [e.key for e in r.entries if e.state == EntryState.NOT_RESTORED]
     final = Phase.ROLLED_BACK if r.rollback_all and not stuck else Phase.HALTED
-    message = r.message if not stuck or "not restored:" in r.message else \
-        f"{r.message}; not restored: {len(stuck)} pods ({', '.join(stuck[:5])})"
+    message = f"{r.message}; not restored: {len(stuck)} pods ({', '.join(stuck[:5])})" if stuck else r.message
     done = Event(namespace="", pod=None, reason="RolloutRolledBack", warning=final == Phase.HALTED,
                  message=f"pool {r.pool}: {'restore incomplete' if stuck else 'restored'}; {message}")
     return replace(r, phase=final, message=message), [*effects, done]
