@@ -4,6 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+SEEDS ?= 1
 
 .PHONY: setup test unit lint demo demo-down bench soak clean help
 
@@ -14,6 +15,7 @@ help:
 	@echo "make lint   - ruff, mypy, import contracts and the 400-line module cap"
 	@echo "make unit   - unit tests only (no servers)"
 	@echo "make soak   - recommender and updater for minutes on a fast clock, faults, then a journal audit"
+	@echo "              (SEEDS=N: N seeds one after another, from seed 7)"
 
 setup:
 	@bash scripts/setup.sh
@@ -43,7 +45,7 @@ bench: setup
 	$(PY) -m tests.benchmarks
 
 soak: setup
-	$(PY) -m tests.soak --minutes 5
+	$(PY) -m tests.soak --minutes 5 --seeds $(SEEDS)
 
 clean:
 	rm -rf .cluster .pytest_cache .mypy_cache .ruff_cache

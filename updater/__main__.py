@@ -282,7 +282,7 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from updater.rollout.machine import lifecycle as machine
-    from updater.rollout.machine.journal import Phase
+    from updater.rollout.machine.journal import EntryState, Phase
 
     wiring = build_executor(args)
     executor, store = wiring.executor, wiring.store
@@ -299,9 +299,14 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         r, _ = executor.perform(r, new, effects, snap.observations, time.time())
         if r.phase == Phase.ROLLING_BACK:
             time.sleep(1.0)
-    reverted = sum(1 for e in r.entries if e.state.value == "Reverted")
-    print(f"{r.name}: {r.phase.value}; {reverted} pods restored")
-    return 0 if r.phase == Phase.ROLLED_BACK else 1
+    reverted = sum(1 for e in r.entries if e.state == EntryState.REVERTED)
+    if r.phase == Phase.ROLLED_BACK:
+        print(f"{r.name}: {r.phase.value}; {reverted} pods restored")
+        return 0
+    left = [e for e in r.entries if e.state in (EntryState.NOT_RESTORED, EntryState.REVERTING)]
+    print(f"{r.name}: {r.phase.value}; rollback incomplete: {reverted} pods restored, {len(left)} not"
+          + "".join(f"\n  {e.key} {e.state.value}: {e.message}" for e in left))
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,9 +46,10 @@ UPDATER_CLI = Path(sys.executable).with_name("podtailor-updater")
 # flight while Applying or Reverting; Skipped and Gone may follow a sent resize).
 SENT_AT_MOST = {EntryState.PLANNED: 0, EntryState.APPLYING: 1, EntryState.APPLIED: 1, EntryState.VERIFIED: 1,
                 EntryState.REVERTING: 2, EntryState.REVERTED: 2, EntryState.INFEASIBLE: 2, EntryState.SKIPPED: 1,
-                EntryState.GONE: 2}
+                EntryState.GONE: 2, EntryState.NOT_RESTORED: 2}
 # ... and exactly, once the rollout has settled (only states that say it for sure).
-SENT_EXACTLY = {EntryState.PLANNED: 0, EntryState.APPLIED: 1, EntryState.VERIFIED: 1, EntryState.REVERTED: 2}
+SENT_EXACTLY = {EntryState.PLANNED: 0, EntryState.APPLIED: 1, EntryState.VERIFIED: 1, EntryState.REVERTED: 2,
+                EntryState.NOT_RESTORED: 2}
 
 
 def default_sa_exists(core: client.CoreV1Api, ns: str) -> bool:

@@ -41,14 +41,14 @@ Mi = 2**20
 # while it is in this state (the write may be in flight), and exactly, once the rollout has settled.
 SENT_AT_MOST = {EntryState.PLANNED: 0, EntryState.APPLYING: 1, EntryState.APPLIED: 1, EntryState.VERIFIED: 1,
                 EntryState.REVERTING: 2, EntryState.REVERTED: 2, EntryState.INFEASIBLE: 2, EntryState.SKIPPED: 1,
-                EntryState.GONE: 2}
+                EntryState.GONE: 2, EntryState.NOT_RESTORED: 2}
 
 
 def sent_exactly(state: EntryState, generation: int | None) -> int | None:
     """Resize requests an entry in a settled state stands for (None: not settled, no exact answer)."""
     if state in (EntryState.VERIFIED, EntryState.APPLIED):
         return 1
-    if state in (EntryState.REVERTED, EntryState.INFEASIBLE):
+    if state in (EntryState.REVERTED, EntryState.NOT_RESTORED, EntryState.INFEASIBLE):
         return 2 if generation is not None else 0
     if state == EntryState.SKIPPED:
         return 1 if generation is not None else 0

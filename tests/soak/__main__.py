@@ -7,7 +7,8 @@ past the limit on a few pods (OOM), a node's kubelet lost for a while (``set_hea
 and started, targets moved up and down. At the end the audit compares every journal entry with the pods:
 the last settled entry of each live pod (same uid) holds its "after" values (Verified) or "before" values
 (Reverted) in spec and status, and each pod's generation equals 1 + the resizes the journal says were sent.
-Exit 0 when the audit passes, 1 otherwise; the summary is printed as JSON.
+Exit 0 when the audit passes, 1 otherwise; the summary is printed as JSON. ``--seeds N`` runs N seeds one after
+another (from ``--seed``), each on a fresh cluster, and exits 0 only when all N pass.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def _explain(api: client.ApiClient, r: Any, pods: dict[str, Any]) -> list[str]:
     nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
     for e in r.entries:
         if e.state in (EntryState.VERIFIED, EntryState.SKIPPED, EntryState.GONE, EntryState.REVERTED,
-                       EntryState.INFEASIBLE, EntryState.EVICTED) or e.batch > r.current_batch:
+                       EntryState.NOT_RESTORED, EntryState.INFEASIBLE, EntryState.EVICTED) or e.batch > r.current_batch:
             continue
         pod = pods.get(e.uid)
         line = f"  {e.key} batch {e.batch} {e.state.value} gen {e.generation} applied_s {e.applied_s} {e.message!r}"
@@ -186,12 +187,30 @@ def audit(api: client.ApiClient, store: RolloutStore) -> tuple[list[str], dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One soak per seed (``--seed``, then the next ``--seeds`` - 1 numbers), one after another, each on a fresh
+    cluster; exit 0 only when every audit passed."""
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--pods", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=7, help="the first seed")
+    parser.add_argument("--seeds", type=int, default=1, help="how many seeds to run, one after another")
     args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
+    if args.seeds < 1 or args.minutes <= 0 or args.pods < 15:
+        parser.error("--seeds must be at least 1, --minutes above 0 and --pods at least 15")
+    passed = []
+    for seed in range(args.seed, args.seed + args.seeds):
+        print(f"soak: seed {seed}, {args.minutes:g} minutes, {args.pods} pods", file=sys.stderr)
+        if soak(minutes=args.minutes, pods=args.pods, seed=seed)["audit"] == "passed":
+            passed.append(seed)
+    if args.seeds > 1:
+        print(json.dumps({"seeds": args.seeds, "passed": len(passed), "passed_seeds": passed,
+                          "failed_seeds": sorted(set(range(args.seed, args.seed + args.seeds)) - set(passed))}))
+    return 0 if len(passed) == args.seeds else 1
+
+
+def soak(*, minutes: float, pods: int, seed: int) -> dict[str, Any]:
+    """One soak on a fresh private cluster; prints the audit's problems and returns (and prints) its summary."""
+    rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="podtailor-soak-"))
     cluster = LocalCluster(work / "cluster")
     state = cluster.start()
@@ -215,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                                            metrics_port=0)).start()
         prom = LocalPrometheus(work / "prometheus", targets=[f"127.0.0.1:{sim.metrics_port}"], scrape_interval_s=2.0)
         prom.start()
-        per_pool, replicas = 5, max(1, args.pods // 15)
+        per_pool, replicas = 5, max(1, pods // 15)
         names = _workloads(api, pools, per_pool, replicas)
         for n in names:
             _set_target(api, n, rng.choice(["300m", "400m", "600m"]), rng.choice(["200Mi", "256Mi", "320Mi"]))
@@ -224,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             "apiVersion": "podtailor.io/v1alpha1", "kind": "ResizePolicy", "metadata": {"name": "soak"},
             "spec": {"namespaces": [NS], "steps": [{"fraction": 0, "bake": "5s"}, {"fraction": 0.25, "bake": "5s"},
                                                     {"fraction": 1, "bake": "2s"}],
-                     "minPodAge": "0s", "changeThreshold": 0.05, "deferredTimeout": "10s"}})
+                     "minPodAge": "0s", "changeThreshold": 0.05, "deferredTimeout": "10s",
+                     "inProgressTimeout": "60s"}})  # a batch's deadline: well inside the soak (default 1h)
         reader, store = ClusterReader(api), RolloutStore(api)
         executor = Executor(read=lambda: reader.read(policy_pool_label=POOL_KEY, namespaces=(NS,)), planner=plan,
                             store=store, resizer=PodResizer(api), recorder=EventRecorder(api),
@@ -235,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = RecommenderEngine(store=KubeAdapter(api), source=source, strategy=get_strategy("podtailor"),
                                    config=EngineConfig(namespaces=(NS,), history_s=3600, read_lag_s=10),
                                    metrics=RecommenderMetrics(registry))
-        total = args.minutes * 60
+        total = minutes * 60
         t0 = time.monotonic()
         lost: str | None = None
         prom_down = False
@@ -295,12 +315,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
         time.sleep(3)
         problems, summary = audit(api, store)
-        summary.update(counts=dict(counts), minutes=args.minutes, audit_problems=len(problems),
+        summary.update(counts=dict(counts), minutes=minutes, seed=seed, audit_problems=len(problems),
                        audit="passed" if not problems else "FAILED")
         for p in problems[:50]:
             print(f"audit: {p}")
         print(json.dumps(summary, indent=2))
-        return 0 if not problems else 1
+        return summary
     finally:
         if sim is not None:
             sim.stop()

@@ -196,7 +196,14 @@ def test_what_is_known_ahead_of_a_journal_is_dropped_when_another_writer_changes
     ex.run_pass(NOW + 1)
     [last] = store.list()
     assert resizer.calls == ["ns/p1-0", "ns/p1-0"]  # the restore was sent, from the journal's Applying entry
-    assert last.resource_version == "11" and [e.state for e in last.entries] == [EntryState.REVERTED]  # intent, outcome
+    # intent, outcome: the restore is accepted (Reverting, with its generation), not yet reported by the kubelet
+    assert last.resource_version == "11" and [(e.state, e.generation) for e in last.entries] == [
+        (EntryState.REVERTING, 2)]
+    ex.read().observations["ns/p1-0"] = obs("p1-0", OLD, generation=2, observed=2)  # the kubelet applied it
+    ex.run_pass(NOW + 2)
+    [last] = store.list()
+    assert [e.state for e in last.entries] == [EntryState.REVERTED] and last.phase == Phase.ROLLED_BACK
+    assert resizer.calls == ["ns/p1-0", "ns/p1-0"]  # and nothing more was sent
 
 
 def test_derivable_is_only_answered_resizes_and_pods_seen_verified() -> None:
@@ -304,7 +311,11 @@ def test_perform_outside_a_pass_restores_a_rolled_back_pod() -> None:
     new, effects = machine.advance(r, observations, NOW)
     saved, ok = ex.perform(r, new, effects, observations, NOW)
     assert ok == 1 and resizer.calls == ["ns/p1-0"]
-    assert [e.state for e in saved.entries] == [EntryState.REVERTED] and saved.resource_version == "3"
+    assert [e.state for e in saved.entries] == [EntryState.REVERTING] and saved.resource_version == "3"
+    restored = {"ns/p1-0": obs("p1-0", OLD, generation=2, observed=2)}  # the kubelet reports the recorded values
+    new, effects = machine.advance(saved, restored, NOW + 1)
+    saved, _ = ex.perform(saved, new, effects, restored, NOW + 1)
+    assert [e.state for e in saved.entries] == [EntryState.REVERTED] and saved.phase == Phase.ROLLED_BACK
 
 
 def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_same_pass() -> None:

@@ -23,7 +23,13 @@ class EntryState(enum.StrEnum):
     APPLIED = "Applied"
     VERIFIED = "Verified"
     REVERTING = "Reverting"
+    """The restore is journaled (and maybe sent): done when the kubelet reports the recorded values again."""
     REVERTED = "Reverted"
+    """Restored: the spec holds the recorded values again and the kubelet reports them (observedGeneration)."""
+    NOT_RESTORED = "NotRestored"
+    """A restore the API server accepted but the kubelet did not apply after ``MAX_RESTORE_CHECKS`` looks (e.g. a
+    memory limit below the container's usage): the spec holds the recorded values, the pod still runs the others.
+    Its pool stays Halted; ``rollback`` reports the rollout as incomplete."""
     SKIPPED = "Skipped"
     GONE = "Gone"
     INFEASIBLE = "Infeasible"

@@ -58,7 +58,15 @@ from updater.rollout.machine.journal import (
     Phase,
     Rollout,
 )
-from updater.rollout.machine.verify import MAX_TEMPLATE_REVERTS, fail, oom_since, restarts_ok, verify_batch
+from updater.rollout.machine.verify import (
+    MAX_TEMPLATE_REVERTS,
+    check_restore,
+    fail,
+    oom_since,
+    restarts_ok,
+    restores_not_accepted,
+    verify_batch,
+)
 
 __all__ = ["MAX_TEMPLATE_REVERTS", "WAITING", "Effect", "Event", "Evict", "PatchTemplate", "Purpose", "Resize",
            "SetServing",
@@ -138,6 +146,9 @@ def _due(entry: Entry, slots: int, now_s: float) -> bool:
 def _apply_batch(r: Rollout, batch: BatchRecord, obs: Mapping[str, PodObservation], now_s: float,
                  slots: int, timeouts: Timeouts,
                  work: Mapping[tuple[str, str, str], WorkloadObservation]) -> tuple[Rollout, list[Effect]]:
+    if batch.phase == BatchPhase.APPLYING and batch.deadline_s is not None and now_s > batch.deadline_s:
+        waiting = [e.key for e in r.entries_of(batch.index) if e.state in WAITING]
+        return fail(r, batch, f"not applied within the timeout: {', '.join(waiting[:5])}")  # never left Applying
     effects: list[Effect] = []
     changed: dict[str, Entry] = {}
     for entry in r.entries_of(batch.index):
@@ -198,7 +209,10 @@ def _complete(r: Rollout) -> tuple[Rollout, list[Effect]]:
 
 
 # ----------------------------------------------------------------------------------------------- rollback
-def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, list[Effect]]:
+def _rollback(r: Rollout, obs: Mapping[str, PodObservation], now_s: float,
+              timeouts: Timeouts) -> tuple[Rollout, list[Effect]]:
+    """Restore every pod the failed batches (or, for ``rollback``, all batches) changed, then halt: a pod is
+    Reverted only once the kubelet reports its recorded values (``check_restore``), else NotRestored."""
     failed = {b.index for b in r.batches if b.phase == BatchPhase.FAILED}
     effects: list[Effect] = []
     changed: dict[str, Entry] = {}
@@ -211,6 +225,9 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
                 effects.append(serving_effect(entry, True))
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED, message="rolled back before its resize")
             continue
+        if entry.state == EntryState.INFEASIBLE:
+            effects += restores_not_accepted([entry], obs)  # its batch failed before its restore was accepted
+            continue
         if entry.state not in ACTIVE and entry.state != EntryState.REVERTING:
             continue
         o = obs.get(entry.key)
@@ -221,9 +238,12 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
         if entry.drain and o.serving is False:
             effects.append(serving_effect(entry, True))  # whatever happens next, the pod serves again
         if spec_matches(o, entry.before):
-            changed[entry.key] = replace(entry, state=EntryState.REVERTED)
+            if entry.state == EntryState.REVERTING:  # our restore reached the pod (its answer may have been lost)
+                entry = replace(entry, generation=max(entry.generation or 0, o.generation))
+            changed[entry.key], more = check_restore(entry, o, now_s, timeouts)
+            effects += more
         elif spec_matches(o, entry.after):
-            changed[entry.key] = replace(entry, state=EntryState.REVERTING)
+            changed[entry.key] = replace(entry, state=EntryState.REVERTING, not_before_s=None)
             effects.append(resize_effect(entry, Purpose.REVERT))
         else:
             changed[entry.key] = replace(entry, state=EntryState.SKIPPED,
@@ -231,10 +251,12 @@ def _rollback(r: Rollout, obs: Mapping[str, PodObservation]) -> tuple[Rollout, l
     r = set_entries(r, changed)
     if any(e.state == EntryState.REVERTING for e in r.entries):
         return r, effects
-    final = Phase.ROLLED_BACK if r.rollback_all else Phase.HALTED
-    done = Event(namespace="", pod=None, reason="RolloutRolledBack", warning=not r.rollback_all,
-                 message=f"pool {r.pool}: restored; {r.message}")
-    return replace(r, phase=final), [*effects, done]
+    stuck = [e.key for e in r.entries if e.state == EntryState.NOT_RESTORED]
+    final = Phase.ROLLED_BACK if r.rollback_all and not stuck else Phase.HALTED
+    message = f"{r.message}; not restored: {len(stuck)} pods ({', '.join(stuck[:5])})" if stuck else r.message
+    done = Event(namespace="", pod=None, reason="RolloutRolledBack", warning=final == Phase.HALTED,
+                 message=f"pool {r.pool}: {'restore incomplete' if stuck else 'restored'}; {message}")
+    return replace(r, phase=final, message=message), [*effects, done]
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -248,7 +270,7 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
     """One step. ``slots``: resizes this rollout may start now (global concurrency); ``signals``: extra gate
     failures by pod key (e.g. a throttling spike); ``frozen``: the pool is unhealthy, start nothing new."""
     if r.phase == Phase.ROLLING_BACK:
-        return _rollback(r, obs)
+        return _rollback(r, obs, now_s, timeouts)
     if r.phase not in (Phase.PROGRESSING, Phase.BAKING) or r.current_batch >= len(r.batches):
         return r, []
     batch = r.batches[r.current_batch]
@@ -256,15 +278,17 @@ def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slot
         if frozen and batch.phase == BatchPhase.PENDING:
             return replace(r, message=f"pool {r.pool} frozen: waiting for healthy nodes"), []
         return _apply_batch(r, batch, obs, now_s, slots, timeouts, workloads or {})
+    resend = restores_not_accepted(r.entries_of(batch.index), obs)
     if batch.phase == BatchPhase.VERIFYING:
-        return verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
+        verified, effects = verify_batch(r, batch, obs, now_s, timeouts, workloads or {})
+        return verified, resend + effects
     if batch.phase == BatchPhase.BAKING:
         baked, effects = _bake_batch(r, batch, obs, now_s, signals or {})
         if baked.phase == Phase.PROGRESSING and baked.current_batch > r.current_batch and not frozen:
             nxt, more = advance(baked, obs, now_s, slots=slots, timeouts=timeouts, signals=signals, frozen=frozen,
                                 workloads=workloads)  # the bake is over: start the next batch now, not next pass
-            return nxt, effects + more
-        return baked, effects
+            return nxt, resend + effects + more
+        return baked, resend + effects
     return r, []
 
 
@@ -296,8 +320,9 @@ def settle(r: Rollout, key: str, purpose: Purpose, *, ok: bool, generation: int 
         case Purpose.REVERT:
             if entry.state == EntryState.INFEASIBLE:
                 new = replace(entry, message=entry.message if ok else f"{entry.message}; restore failed: {error}")
-            else:
-                new = replace(entry, state=EntryState.REVERTED if ok else EntryState.REVERTING, message=error)
+            else:  # accepted is not landed: Reverting, with the restore's generation, until the kubelet reports it
+                new = replace(entry, state=EntryState.REVERTING, generation=generation if ok else entry.generation,
+                              not_before_s=None, message=error)
             return set_entries(r, {key: new})
         case _:
             assert_never(purpose)

@@ -30,6 +30,7 @@ from updater.rollout.machine.effects import (
     serving_effect,
     set_batch,
     set_entries,
+    spec_matches,
 )
 from updater.rollout.machine.journal import (
     EVICT,
@@ -111,6 +112,59 @@ def _verify_entry(entry: Entry, obs: PodObservation | None, now_s: float, timeou
     if done:
         return replace(entry, state=EntryState.VERIFIED, message=""), ""
     return entry, ""
+
+
+MAX_RESTORE_CHECKS = 3
+"""Looks, a Deferred timeout apart, at a restore the kubelet has not applied before it is journaled NotRestored
+(the kubelet itself retries on every sync, e.g. once the container's usage is below the restored limit)."""
+
+
+def _restored(entry: Entry, obs: PodObservation) -> bool:
+    """A restore is verified as an apply is: observedGeneration caught up with the restore, no resize pending or
+    in progress, and the kubelet's status shows the recorded values."""
+    return (obs.observed_generation >= (entry.generation or 0) and obs.resize_pending is None
+            and not obs.resize_in_progress and _actual_matches(obs, entry.before))
+
+
+def check_restore(entry: Entry, obs: PodObservation, now_s: float, timeouts: Timeouts) -> tuple[Entry, list[Effect]]:
+    """An entry whose spec holds its recorded values again: Reverted once the kubelet reports them. Until then it
+    stays Reverting; each Deferred timeout without them is a look (a Warning Event on the pod), and after
+    MAX_RESTORE_CHECKS looks it is NotRestored, with the kubelet's reason (its pool stays Halted)."""
+    if _restored(entry, obs):
+        return replace(entry, state=EntryState.REVERTED, not_before_s=None, message=""), []
+    if entry.not_before_s is None:
+        return replace(entry, state=EntryState.REVERTING, not_before_s=now_s + timeouts.deferred_s,
+                       message="restore sent: waiting for the kubelet to apply it"), []
+    if now_s < entry.not_before_s:
+        return entry, []
+    checks = entry.attempts + 1
+    why = obs.resize_error or obs.resize_pending_message or (
+        f"observedGeneration {obs.observed_generation} < {entry.generation}"
+        if obs.observed_generation < (entry.generation or 0) else "the kubelet still reports the rolled-out values")
+    if checks < MAX_RESTORE_CHECKS:
+        message = (f"restore not applied by the kubelet ({checks} of {MAX_RESTORE_CHECKS} looks, next in "
+                   f"{timeouts.deferred_s:.0f}s): {why}")
+        return replace(entry, attempts=checks, not_before_s=now_s + timeouts.deferred_s, message=message), [
+            Event(namespace=entry.namespace, pod=entry.pod, reason="RestoreNotApplied", message=message,
+                  warning=True)]
+    message = f"not restored: the kubelet did not apply the recorded values after {checks} looks: {why}"
+    return replace(entry, state=EntryState.NOT_RESTORED, attempts=checks, not_before_s=None, message=message), [
+        Event(namespace=entry.namespace, pod=entry.pod, reason="RestoreFailed", warning=True,
+              message=f"{message}; the spec holds them, the pod runs the others; its pool stays Halted")]
+
+
+def restores_not_accepted(entries: Iterable[Entry], obs: Mapping[str, PodObservation]) -> list[Effect]:
+    """The restore of an Infeasible pod again, while its spec still holds the new values: the first send was not
+    accepted (a 409 on a moving pod, the API server's "not now"). The journal already says Infeasible (restore
+    intended, the apply's generation kept), so this retry is journaled before it is sent; it is tried while
+    its batch is verified, baked or rolled back."""
+    out: list[Effect] = []
+    for e in entries:
+        o = obs.get(e.key)
+        if e.state == EntryState.INFEASIBLE and e.action == RESIZE and same_pod(e, o) and o is not None \
+                and spec_matches(o, e.after):
+            out.append(resize_effect(e, Purpose.REVERT))
+    return out
 
 
 def _change_text(entry: Entry) -> str:
