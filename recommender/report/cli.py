@@ -225,7 +225,8 @@ def _write_patches(report: Report, directory: Path) -> int:
     print(f"wrote {len(done.files)} patch files to {directory}", file=sys.stderr)
     if done.skipped:
         why = ", ".join(f"{n} {reason.value}" for reason, n in sorted(done.skipped.items()))
-        print(f"skipped {sum(done.skipped.values())} workloads without a patch: {why}", file=sys.stderr)
+        n = sum(done.skipped.values())
+        print(f"skipped {n} workload{'' if n == 1 else 's'} without a patch: {why}", file=sys.stderr)
     return EXIT_OK
 
 
