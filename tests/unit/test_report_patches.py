@@ -21,7 +21,7 @@ from recommender.kube.served import VpaSpec, read_vpa
 from recommender.model.registry import get_strategy
 from recommender.model.types import Recommendation
 from recommender.report.build import BuildConfig, build_report
-from recommender.report.cli import EXIT_USAGE, run_report
+from recommender.report.cli import EXIT_FAILED, EXIT_USAGE, run_report
 from recommender.report.patches import Skip, file_name, skip_reason, workload_patch, write_patches
 from recommender.report.types import ContainerReport, Cost, Disruption, Report, Role, UsageSummary, WorkloadReport
 from tests.builders.report import DAY, NOW, Mi, cur, sample_inputs, sample_report, spec, workload
@@ -207,3 +207,28 @@ def test_usage_errors_are_exit_2_before_anything_is_contacted(tmp_path: Path,
         assert message in err and "unreachable" not in err
     assert not (tmp_path / "d").exists()
 
+
+
+def test_the_command_writes_a_file_per_workload_and_counts_the_skips_on_stderr(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.test_report_cli import _fleet
+
+    inv, batches = _fleet(monkeypatch, fail_on=None)
+    idle = next(w for w in inv.workloads if w.namespace == "ns4" and w.name == "w2")
+    del batches[next(k for k in batches if (k.namespace, k.workload_name) == ("ns4", "w2"))]  # no history
+    out = tmp_path / "patches"
+    args = parse("--kubeconfig", str(kubeconfig(tmp_path)), "--prometheus-url", "http://p", "-o", "patches",
+                 "--output-dir", str(out), "--no-progress")
+    assert run_report(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"wrote 14 patch files to {out}" in captured.err
+    assert "skipped 1 workload without a patch: 1 no usage history" in captured.err
+    assert len(list(out.iterdir())) == 14 and not (out / f"{idle.namespace}_deployment_{idle.name}.yaml").exists()
+    # a directory that cannot be made: exit 1, named
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = parse("--kubeconfig", str(kubeconfig(tmp_path)), "--prometheus-url", "http://p", "-o", "patches",
+                 "--output-dir", str(blocker / "sub"), "--no-progress")
+    assert run_report(args) == EXIT_FAILED
+    assert f"cannot write the patches to {blocker / 'sub'}" in capsys.readouterr().err
