@@ -24,7 +24,7 @@ from recommender.report.build import BuildConfig, build_report
 from recommender.report.cli import EXIT_FAILED, EXIT_USAGE, run_report
 from recommender.report.patches import Skip, file_name, skip_reason, workload_patch, write_patches
 from recommender.report.types import ContainerReport, Cost, Disruption, Report, Role, UsageSummary, WorkloadReport
-from tests.builders.report import DAY, NOW, Mi, cur, sample_inputs, sample_report, spec, workload
+from tests.builders.report import DAY, NOW, Mi, batch, cur, key, sample_inputs, sample_report, spec, workload
 from tests.unit.test_report_cli import kubeconfig, parse
 
 
@@ -104,21 +104,39 @@ def test_limits_only_where_the_recommendation_sets_them() -> None:
         {"name": "c", "resources": {"requests": {"memory": "256Mi"}}}]
 
 
-def test_requests_only_vpa_writes_no_limits() -> None:
-    inv, batches = sample_inputs()
+def requests_only(kind: str, name: str) -> VpaSpec:
     vpa = read_vpa({"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
-                    "metadata": {"name": "db", "namespace": "shop"},
-                    "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
+                    "metadata": {"name": name, "namespace": "shop"},
+                    "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": name},
                              "resourcePolicy": {"containerPolicies": [
                                  {"containerName": "*", "controlledValues": "RequestsOnly"}]}}})
     assert isinstance(vpa, VpaSpec)
-    inv = replace(inv, vpas={("shop", "StatefulSet", "db"): vpa})
+    return vpa
+
+
+def test_requests_only_vpa_writes_no_limits_and_no_request_above_the_kept_limit() -> None:
+    inv, batches = sample_inputs()
+    # "hot" uses more than its limits: 0.5 cores and 300Mi against 200m and 128Mi.
+    hot = workload("shop", "hot", (spec("app", cur(100, 64 * Mi, 200, 128 * Mi)),))
+    inv = replace(inv, workloads=(*inv.workloads, hot), vpas={
+        ("shop", "StatefulSet", "db"): requests_only("StatefulSet", "db"),
+        ("shop", "Deployment", "hot"): requests_only("Deployment", "hot")})
+    batches[key(hot, "app")] = batch(0.5, 300 * Mi)
     cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple")
-    db = by_name(build_report(inv, batches, get_strategy("krr-simple"), cfg))["db"]
+    report = by_name(build_report(inv, batches, get_strategy("krr-simple"), cfg))
+    db, hot_report = report["db"], report["hot"]
     [entry] = pod_spec(workload_patch(db), "spec", "template", "spec")["containers"]
     assert set(entry["resources"]) == {"requests"}
+    # The updater keeps a RequestsOnly container's limits (1 core, 1Gi): the report plans the same.
+    assert db.containers[0].planned.limits == Resources(cpu_millicores=1000, memory_bytes=1024 * Mi)
     want = db.containers[0].planned.requests
     assert parse_memory_bytes(entry["resources"]["requests"]["memory"]) == want.memory_bytes
+    # krr-simple's target for hot is above its limits (p95 500m, 300Mi x 1.15 = 345Mi); with the limits kept,
+    # the updater caps the requests at them, and so does the patch: a request above its limit is invalid.
+    target = hot_report.containers[0].recommendation
+    assert target is not None and target.target.memory_bytes == 345 * Mi
+    assert pod_spec(workload_patch(hot_report), "spec", "template", "spec")["containers"] == [
+        {"name": "app", "resources": {"requests": {"cpu": "200m", "memory": "128Mi"}}}]
 
 
 def test_cronjob_job_and_bare_pod_paths() -> None:
