@@ -35,6 +35,7 @@ import numpy as np
 from podtailor.resize import changes as ch
 from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, QoS
 from podtailor.resources import CurrentResources, Resources
+from podtailor.vpa import ControlledValues
 from recommender.kube.served import VpaSpec
 from recommender.model.types import (
     ContainerKey,
@@ -186,10 +187,13 @@ def _cost(current: int, recommended: int) -> Cost:
                 increases=max(0, recommended - current))
 
 
-def _target(rec: Recommendation | None, name: str) -> ContainerTarget | None:
+def _target(rec: Recommendation | None, name: str, vpa: VpaSpec | None) -> ContainerTarget | None:
+    """The updater's target for the container; with its VPA's controlledValues, which the updater follows
+    (RequestsOnly: limits kept, requests capped at them)."""
     if rec is None or (rec.target.cpu_millicores is None and rec.target.memory_bytes is None):
         return None
-    return dis.target_of(name, rec.target, rec.lower_bound, rec.upper_bound)
+    values = ControlledValues.REQUESTS_AND_LIMITS if vpa is None else vpa.vpa.policy_for(name).controlled_values
+    return dis.target_of(name, rec.target, rec.lower_bound, rec.upper_bound, controlled_values=values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,7 +307,7 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
     hours = pod_hours_per_month(workload, parts.batches, cfg)
     containers, targets = [], {}
     for spec, rec, batch in zip(parts.specs, parts.recs, parts.batches, strict=True):
-        target = _target(rec, spec.name)
+        target = _target(rec, spec.name, vpa)
         if target is not None and spec.role != Role.INIT:
             targets[spec.name] = target
         plan = dis.planned(spec, target, cons)

@@ -36,7 +36,7 @@ from recommender.cli import (
     strategy_at_risk,
 )
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
-from recommender.report import render
+from recommender.report import patches, render
 from recommender.report.types import KINDS, Report, Workload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
@@ -47,6 +47,8 @@ READ_GROUPS = 3
 EPILOG = """\
 output formats (-o): table (default), json, yaml, csv, markdown, html. The JSON and YAML documents follow
 docs/report-schema.json (JSON Schema draft 2020-12) and carry schemaVersion "podtailor.io/report/v1".
+-o patches --output-dir DIR writes one kustomize strategic-merge patch per workload with a recommendation
+(DIR/<namespace>_<kind>_<name>.yaml) and says on stderr how many workloads it skipped and why (docs/patches.md).
 
 costs: requests x pod-hours x prices. Default prices are OpenCost's (CPU $0.031611 per vCPU-hour, memory
 $0.004237 per GiB-hour, 730 hours a month); --prices FILE (YAML or JSON) overrides them, per node pool too:
@@ -90,8 +92,12 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_risk_flag(g)
     g.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
                    help="usage history to read (default: 8d)")
-    g.add_argument("-o", "--output", choices=render.FORMATS, default="table", help="format (default: table)")
+    g.add_argument("-o", "--output", choices=(*render.FORMATS, patches.FORMAT), default="table",
+                   help="format (default: table); patches: one kustomize strategic-merge patch per workload, "
+                        "in --output-dir")
     g.add_argument("--output-file", type=Path, metavar="PATH", help="write the report here instead of stdout")
+    g.add_argument("--output-dir", type=Path, metavar="DIR", help="with -o patches: write the patch files here "
+                   "(created if missing; only the files of the workloads written are replaced)")
     g.add_argument("--prices", type=Path, metavar="FILE", help="price sheet (YAML or JSON), see below")
     g.add_argument("--pool-label", metavar="KEY", help="node label naming the node pool (default: the first "
                    f"present of {', '.join(POOL_LABEL_KEYS)}, as the updater reads them)")
@@ -190,12 +196,38 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
 
     if not 0 <= args.change_threshold < 10:
         raise UsageError("--change-threshold must be in [0, 10)")
+    _check_output(args)
     try:
         parse_selector(args.selector)
         prices = load_sheet(args.prices) if args.prices else PriceSheet()
     except (SelectorError, PriceError) as err:
         raise UsageError(str(err)) from None
     return prices, build_strategy(args), prometheus_config(args), kube_client(args)
+
+
+def _check_output(args: argparse.Namespace) -> None:
+    """-o patches writes files into --output-dir and nothing else; the other formats write one text."""
+    if args.output == patches.FORMAT and args.output_dir is None:
+        raise UsageError("-o patches needs --output-dir DIR (one patch file per workload goes there)")
+    if args.output == patches.FORMAT and args.output_file is not None:
+        raise UsageError("-o patches writes files into --output-dir, not --output-file")
+    if args.output != patches.FORMAT and args.output_dir is not None:
+        raise UsageError(f"--output-dir is for -o patches; -o {args.output} writes to --output-file or stdout")
+
+
+def _write_patches(report: Report, directory: Path) -> int:
+    """The patch files, and on stderr how many were written and how many workloads were skipped and why."""
+    try:
+        done = patches.write_patches(report, directory)
+    except OSError as err:
+        print(f"error: cannot write the patches to {directory}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {len(done.files)} patch files to {directory}", file=sys.stderr)
+    if done.skipped:
+        why = ", ".join(f"{n} {reason.value}" for reason, n in sorted(done.skipped.items()))
+        n = sum(done.skipped.values())
+        print(f"skipped {n} workload{'' if n == 1 else 's'} without a patch: {why}", file=sys.stderr)
+    return EXIT_OK
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -215,19 +247,27 @@ def run_report(args: argparse.Namespace) -> int:
         api.close()
     if report is None:
         return code
-    text = _render(report, args.output)
-    if args.output_file:
-        try:
-            args.output_file.write_text(text)
-        except OSError as err:
-            print(f"error: cannot write {args.output_file}: {err}", file=sys.stderr)
-            return EXIT_FAILED
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    failed = _write_patches(report, args.output_dir) if args.output == patches.FORMAT else _print(report, args)
+    if failed:
+        return failed
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return code
+
+
+def _print(report: Report, args: argparse.Namespace) -> int:
+    """The report in its text format, to --output-file or stdout; EXIT_OK or EXIT_FAILED."""
+    text = _render(report, args.output)
+    if not args.output_file:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return EXIT_OK
+    try:
+        args.output_file.write_text(text)
+    except OSError as err:
+        print(f"error: cannot write {args.output_file}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,

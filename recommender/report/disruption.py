@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from podtailor.resize import changes as ch
 from podtailor.resize.types import ContainerChange, ContainerTarget, ContainerView, QoS, Reason
 from podtailor.resources import CurrentResources, Resources
+from podtailor.vpa import ControlledValues
 from recommender.report.types import ContainerSpec, Disruption, NodeInfo, PodInfo, Role
 
 ORDER = (Disruption.NONE, Disruption.LEFT_ALONE, Disruption.IN_PLACE, Disruption.IN_PLACE_RESTART,
@@ -35,11 +36,12 @@ class Outcome:
     pods: int = 1
 
 
-def target_of(name: str, target: Resources, lower: Resources, upper: Resources) -> ContainerTarget:
+def target_of(name: str, target: Resources, lower: Resources, upper: Resources, *,
+              controlled_values: ControlledValues = ControlledValues.REQUESTS_AND_LIMITS) -> ContainerTarget:
     """An updater target for the resources the recommendation covers (an uncovered resource stays put)."""
     controlled = frozenset(r for r in ch.RESOURCES if ch.get(target, r) is not None)
     return ContainerTarget(name=name, target=target, lower_bound=lower, upper_bound=upper,
-                           controlled_resources=controlled)
+                           controlled_resources=controlled, controlled_values=controlled_values)
 
 
 def view_of(spec: ContainerSpec) -> ContainerView:

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -118,10 +119,12 @@ def setup_cluster(api: client.ApiClient, ns: str, make_sim: SimFactory) -> str:
 
 def updater_plan(api: client.ApiClient, ns: str, doc: dict[str, Any]) -> dict[str, Any]:
     """Write the report's targets into VPAs and let the updater's planner decide on the real snapshot."""
-    from updater.kube.snapshot import ClusterReader
-    from updater.policy.planner import plan
-    from updater.policy.types import RolloutPolicy
+    write_vpas(api, ns, doc)
+    return {d.workload_name: d for d in planner_decisions(api, ns)}
 
+
+def write_vpas(api: client.ApiClient, ns: str, doc: dict[str, Any]) -> None:
+    """A VPA per workload of the report, its status carrying the report's recommendations (InPlaceOrRecreate)."""
     custom = client.CustomObjectsApi(api)
     for w in doc["workloads"]:
         recs = [{"containerName": c["name"], **{k: {"cpu": f"{c['recommendation'][k]['cpuMillicores']}m",
@@ -136,12 +139,23 @@ def updater_plan(api: client.ApiClient, ns: str, doc: dict[str, Any]) -> dict[st
         obj["status"] = {"recommendation": {"containerRecommendations": recs}}
         custom.replace_namespaced_custom_object_status("autoscaling.k8s.io", "v1", ns, "verticalpodautoscalers",
                                                        w["name"], obj)
+
+
+def planner_decisions(api: client.ApiClient, ns: str, change_threshold: float | None = None) -> list[Any]:
+    """The updater's planner on the real snapshot of ``ns``: a decision per pod (with the policy's default
+    change threshold unless one is given)."""
+    from updater.kube.snapshot import ClusterReader
+    from updater.policy.planner import plan
+    from updater.policy.types import RolloutPolicy
+
     snap = ClusterReader(api).read(policy_pool_label=POOL_KEY, namespaces=(ns,))
     policy = RolloutPolicy(min_pod_age_s=0, excluded_namespaces=frozenset(), allow_single_replica_eviction=True)
+    if change_threshold is not None:
+        policy = replace(policy, change_threshold=change_threshold)
     result = plan(pods=snap.pods, targets=snap.targets, hpas=snap.hpas, limit_ranges=snap.limit_ranges,
                   nodes=snap.nodes, policy=policy, now_s=time.time(),
                   approvals=frozenset((t.namespace, t.workload_kind, t.workload_name) for t in snap.targets))
-    return {d.workload_name: d for d in result.decisions}
+    return list(result.decisions)
 
 
 def test_report_numbers_costs_schema_and_disruption(

@@ -23,8 +23,8 @@ from tests.readme import (
 
 RESULTS = ROOT / "tests" / "benchmarks" / "RESULTS.md"
 MAX_LINES = 250
-TESTED_BLOCKS = ("demo-look-around", "install-full", "install-dry-run", "helm")
-"""The blocks test_demo, test_readme_commands and test_helm_chart run."""
+TESTED_BLOCKS = ("demo-look-around", "install-full", "install-dry-run", "helm", "patches-kustomize", "patches-kubectl")
+"""The blocks test_demo, test_readme_commands, test_helm_chart and test_report_patches_real run."""
 
 
 def _section(text: str, heading: str) -> list[str]:
