@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pytest
-
 from tests.harness.kubelets import HOLLOW_TOLERATION, HollowNode
 from tests.harness.realnode import REAL_TOLERATION, WORKLOAD_IMAGE
 from tests.nodesim.kubelet import NodeSimulator
@@ -81,20 +79,24 @@ class SimBackend:
 @dataclass
 class RealBackend:
     """The real node: its usage is what its processes use, its allocatable the host's, its OOM kills the
-    kernel's, so none of the three controls can be set from outside (``test_real_node*.py`` do those for real)."""
+    kernel's, so none of the three controls can be set from outside (``test_real_node*.py`` do those for real); the
+    scenarios that need one are not collected for it (``conftest.NOT_ON_THE_REAL_NODE``)."""
 
     node: str
     kind: str = "real"
 
     def set_usage(self, namespace: str, pod: str, container: str, *, memory_bytes: int,
                   cpu_millicores: int) -> None:
-        pytest.skip("a real node's container usage is its processes', not set from outside")
+        raise AssertionError("a real node's container usage is its processes', not set from outside: "
+                             "list the scenario in conftest.NOT_ON_THE_REAL_NODE")
 
     def set_allocatable(self, *, cpu_millicores: int, memory_bytes: int) -> None:
-        pytest.skip("a real node's allocatable is the host's, not set from outside")
+        raise AssertionError("a real node's allocatable is the host's, not set from outside: "
+                             "list the scenario in conftest.NOT_ON_THE_REAL_NODE")
 
     def oom_kill(self, namespace: str, pod: str, container: str) -> None:
-        pytest.skip("a real node's OOM kills are the kernel's (test_real_node_oom.py)")
+        raise AssertionError("a real node's OOM kills are the kernel's (test_real_node_oom.py): "
+                             "list the scenario in conftest.NOT_ON_THE_REAL_NODE")
 
 
 def _runnable(c: dict[str, Any]) -> dict[str, Any]:
