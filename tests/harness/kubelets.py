@@ -160,15 +160,7 @@ class KubeletPool:
                                       proc=proc)
 
     def _api(self, method: str, path: str) -> Any:
-        """One call to the API server as admin; None for a 404."""
-        req = urllib.request.Request(f"{self.cluster.server}{path}", method=method)
-        try:
-            with urllib.request.urlopen(req, context=self.cluster.ssl_context(), timeout=10) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                return None
-            raise
+        return self.cluster.admin_call(method, path)
 
     def node_ready(self, name: str) -> bool:
         node = self._api("GET", f"/api/v1/nodes/{name}")

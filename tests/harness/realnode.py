@@ -21,8 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,17 +272,7 @@ class RealNodePool:
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One call to the API server as admin (a merge patch for PATCH); None for a 404."""
-        req = urllib.request.Request(f"{self.cluster.server}{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/merge-patch+json"})
-        try:
-            with urllib.request.urlopen(req, context=self.cluster.ssl_context(), timeout=10) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                return None
-            raise
+        return self.cluster.admin_call(method, path, body)
 
     def node_names(self, pool: str | None = None) -> list[str]:
         return [n for n, node in self.nodes.items() if pool is None or node.pool.name == pool]
