@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from podtailor.resources import Resources
 from tests.builders.rollout import NOW, entry, obs, rollout
 from updater.observe import PodObservation
 from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.effects import Purpose
 from updater.rollout.machine.journal import (
     BatchPhase,
     ContainerValues,
@@ -48,7 +51,7 @@ def _restore_sent(r: Rollout) -> Rollout:
     r, effects = machine.advance(r, {"ns/a": obs("a", BIG, BIG, generation=2, observed=2)}, NOW, timeouts=TIMEOUTS)
     assert [(e.key, e.values) for e in effects if isinstance(e, machine.Resize)] == [("ns/a", (SMALL,))]
     assert r.entries[0].state == EntryState.REVERTING  # the intent, journaled before the send
-    return machine.settle(r, "ns/a", "revert", ok=True, generation=3, now_s=NOW)
+    return machine.settle(r, "ns/a", Purpose.REVERT, ok=True, generation=3, now_s=NOW)
 
 
 def _below_usage(observed: int = 3) -> dict[str, PodObservation]:
@@ -136,7 +139,7 @@ def test_the_journal_counts_a_restore_whose_apply_it_never_saw_answered() -> Non
     assert r.phase == Phase.ROLLING_BACK
     r, effects = machine.advance(r, landed, NOW + 62, timeouts=TIMEOUTS)
     assert [(z.key, z.values) for z in effects if isinstance(z, machine.Resize)] == [("ns/a", (SMALL,))]
-    r = machine.settle(r, "ns/a", "revert", ok=True, generation=3, now_s=NOW + 62)  # the restore: generation 3
+    r = machine.settle(r, "ns/a", Purpose.REVERT, ok=True, generation=3, now_s=NOW + 62)  # the restore: generation 3
     r, _ = machine.advance(r, {"ns/a": obs("a", SMALL, SMALL, generation=3, observed=3)}, NOW + 63,
                            timeouts=TIMEOUTS)
     [done] = r.entries
@@ -174,3 +177,48 @@ def test_an_infeasible_pods_restore_not_accepted_is_sent_again_while_its_batch_b
     seen["ns/a"] = obs("a", SMALL, SMALL, generation=3, observed=3)
     _, effects = machine.advance(baking, seen, NOW + 2, timeouts=TIMEOUTS)
     assert not [z for z in effects if isinstance(z, machine.Resize)]
+
+
+def test_the_rollback_command_reports_a_pod_not_restored_and_exits_1(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``podtailor-updater rollback`` on the rollout above, once its pod is NotRestored: the command's own loop
+    (``updater.__main__.cmd_rollback``) over the real state machine, with the journal store and the executor's
+    reads and writes as small fakes: it ends Halted, names the pod and why, and exits 1 (0 is kept for a rollout
+    that is RolledBack)."""
+    import argparse
+    from types import SimpleNamespace
+
+    from updater import __main__ as updater_main
+
+    r = _restore_sent(_failed())
+    now = NOW + 1
+    while r.phase == Phase.ROLLING_BACK:
+        r, _ = machine.advance(r, _below_usage(), now, timeouts=TIMEOUTS)
+        now += 1
+    assert r.phase == Phase.HALTED and r.entries[0].state == EntryState.NOT_RESTORED
+    saved: list[Rollout] = []
+
+    class Store:
+        def get(self, name: str) -> Rollout | None:
+            return r if name == r.name else None
+
+        def save(self, new: Rollout) -> Rollout:
+            saved.append(new)
+            return new
+
+    class Executor:
+        def read(self) -> SimpleNamespace:
+            return SimpleNamespace(observations=_below_usage())
+
+        def perform(self, old: Rollout, new: Rollout, effects: object, obs: object, now_s: float
+                    ) -> tuple[Rollout, list[object]]:
+            return new, []
+
+    monkeypatch.setattr(updater_main, "build_executor",
+                        lambda args: SimpleNamespace(executor=Executor(), store=Store()))
+    assert updater_main.cmd_rollback(argparse.Namespace(rollout=r.name, timeout=30.0)) == 1
+    out = capsys.readouterr().out
+    assert f"{r.name}: Halted; rollback incomplete: 0 pods restored, 1 not" in out
+    assert "ns/a NotRestored" in out and BELOW_USAGE in out
+    assert saved and saved[0].rollback_all and saved[0].phase == Phase.ROLLING_BACK  # the request is journaled first
+    assert updater_main.cmd_rollback(argparse.Namespace(rollout="nope", timeout=30.0)) == 2
