@@ -304,7 +304,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         print(f"{r.name}: {r.phase.value}; {reverted} pods restored")
         return 0
     left = [e for e in r.entries if e.state in (EntryState.NOT_RESTORED, EntryState.REVERTING)]
-    print(f"{r.name}: {r.phase.value}; rollback incomplete: {reverted} pods restored, {len(left)} not"
+    waited = (f" (still {r.phase.value} when --timeout {args.timeout:g}s ran out: the journal keeps the"
+              " request, so `podtailor-updater run` or another `rollback` carries it on)"
+              if r.phase == Phase.ROLLING_BACK else "")
+    print(f"{r.name}: {r.phase.value}; rollback incomplete: {reverted} pods restored, {len(left)} not{waited}"
           + "".join(f"\n  {e.key} {e.state.value}: {e.message}" for e in left))
     return 1
 

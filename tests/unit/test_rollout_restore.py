@@ -222,3 +222,41 @@ def test_the_rollback_command_reports_a_pod_not_restored_and_exits_1(monkeypatch
     assert "ns/a NotRestored" in out and BELOW_USAGE in out
     assert saved and saved[0].rollback_all and saved[0].phase == Phase.ROLLING_BACK  # the request is journaled first
     assert updater_main.cmd_rollback(argparse.Namespace(rollout="nope", timeout=30.0)) == 2
+
+
+def test_the_rollback_command_says_when_its_timeout_ran_out_with_the_restore_still_under_way(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A restore sent but not yet seen by the kubelet when ``--timeout`` runs out: the rollout is still
+    RollingBack (its pods Reverting, not NotRestored), so the command says the timeout ended the wait and that the
+    journaled request carries on, lists the pods still Reverting, and exits 1 (the rollback is not done)."""
+    import argparse
+    from types import SimpleNamespace
+
+    from updater import __main__ as updater_main
+
+    r = _restore_sent(_failed())
+    assert r.phase == Phase.ROLLING_BACK and r.entries[0].state == EntryState.REVERTING
+
+    class Store:
+        def get(self, name: str) -> Rollout | None:
+            return r if name == r.name else None
+
+        def save(self, new: Rollout) -> Rollout:
+            return new
+
+    class Executor:
+        def read(self) -> SimpleNamespace:
+            return SimpleNamespace(observations=_below_usage())
+
+        def perform(self, old: Rollout, new: Rollout, effects: object, obs: object, now_s: float
+                    ) -> tuple[Rollout, list[object]]:
+            return new, []
+
+    monkeypatch.setattr(updater_main, "build_executor",
+                        lambda args: SimpleNamespace(executor=Executor(), store=Store()))
+    monkeypatch.setattr(updater_main.time, "sleep", lambda s: None)
+    assert updater_main.cmd_rollback(argparse.Namespace(rollout=r.name, timeout=1e-6)) == 1
+    out = capsys.readouterr().out
+    assert (f"{r.name}: RollingBack; rollback incomplete: 0 pods restored, 1 not"
+            " (still RollingBack when --timeout") in out
+    assert "ns/a Reverting" in out
