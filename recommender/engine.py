@@ -111,21 +111,20 @@ class RecommenderEngine:
         self._by_risk: dict[float, Strategy] = {}
 
     # -- discovery ---------------------------------------------------------------------------------------
-    def _serves(self, spec: VpaSpec) -> bool:
-        return spec.recommender == self.config.recommender_name or (self.config.serve_all and spec.recommender
-                                                                     in (None, "default"))
+    def _serves(self, recommenders: tuple[str, ...]) -> bool:
+        """Whether a VPA naming these recommenders is ours: it names us, or (``serve_all``) none or "default".
+        Applied to every listed VPA, unparsable ones included, so that only ours are marked unsupported."""
+        return self.config.recommender_name in recommenders or (self.config.serve_all
+                                                                and recommenders in ((), ("default",)))
 
     def _discover(self, now_s: float) -> tuple[list[Served], int]:
         current: dict[str, Served] = {}
         unsupported = 0
         for spec in self.store.list_vpas(self.config.namespaces):
-            names = spec.recommenders
-            if not (self.config.recommender_name in names or (self.config.serve_all and names in ((), ("default",)))):
+            if not self._serves(spec.recommenders):
                 continue
             if isinstance(spec, UnparsableVpa):
                 unsupported += self._mark_unsupported(spec, spec.error)
-                continue
-            if not self._serves(spec):
                 continue
             entry = self._track(spec, now_s)
             if entry is None:
