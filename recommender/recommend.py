@@ -19,7 +19,15 @@ from typing import Protocol
 
 from podtailor.resources import CurrentResources
 from recommender.kube.served import VpaSpec
-from recommender.model.types import ContainerPolicy, ContainerState, FleetScale, Recommendation, Strategy
+from recommender.model.types import (
+    ContainerKey,
+    ContainerPolicy,
+    ContainerState,
+    FleetScale,
+    Recommendation,
+    Strategy,
+    UsageBatch,
+)
 
 
 class Container(Protocol):
@@ -72,6 +80,20 @@ def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: Callable[[floa
     if vpa is None or vpa.risk is None or at_risk is None:
         return default
     return at_risk(vpa.risk)
+
+
+def fold_new(strategy: Strategy, states: dict[str, ContainerState], keys: Mapping[str, ContainerKey],
+             batches: Mapping[ContainerKey, UsageBatch]) -> None:
+    """New samples into ``states``, in place: for each container name in ``keys``, its batch (if any) added to
+    its state, a new state made for a container seen the first time. How the engine grows a VPA's states each
+    pass, from a checkpoint or from nothing; ``report`` grows restored states the same way."""
+    for name, key in keys.items():
+        state = states.get(name)
+        if state is None:
+            state = states[name] = strategy.new_state()
+        batch = batches.get(key)
+        if batch is not None:
+            state.add(batch)
 
 
 def recommend_workload(strategy: Strategy, containers: Sequence[Container], states: Mapping[str, ContainerState],
