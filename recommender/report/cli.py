@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +42,13 @@ from recommender.report import patches, render
 from recommender.report.types import KINDS, Report, Workload
 
 if TYPE_CHECKING:  # imported where the report runs, not for --help
+    from kubernetes.client import ApiClient
+
     from recommender.model.types import Strategy
     from recommender.report.checkpoints import Checkpoints
+    from recommender.report.pricing import PriceSheet
     from recommender.report.types import Inventory
+    from recommender.sources.config import PrometheusConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 READ_LAG_S = 120.0
@@ -202,7 +206,7 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
             "poolLabel": args.pool_label, "risk": args.risk, "checkpoints": args.checkpoints}
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, PrometheusConfig, ApiClient]:
     """Everything that can fail on bad input, before anything is contacted: (prices, strategy, prom, api)."""
     from recommender.report.objects import SelectorError, parse_selector
     from recommender.report.pricing import PriceError, PriceSheet, load_sheet
@@ -253,11 +257,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(not args.no_progress)
-    try:
-        with progress.running():
-            code, report = _collect(args, prices, strategy, prom, api, progress)
-    finally:
-        api.close()
+    with closing(api), progress.running():
+        code, report = _collect(args, prices, strategy, prom, api, progress)
     if report is None:
         return code
     failed = _write_patches(report, args.output_dir) if args.output == patches.FORMAT else _print(report, args)
@@ -283,7 +284,7 @@ def _print(report: Report, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
+def _collect(args: argparse.Namespace, prices: PriceSheet, strategy: Strategy, prom: PrometheusConfig, api: ApiClient,
              progress: _Progress) -> tuple[int, Report | None]:
     from podtailor.kube.errors import KubeError
     from recommender.model.types import ContainerKey, ContainerState, UsageBatch
@@ -361,7 +362,8 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
     return EXIT_OK, report
 
 
-def _restored(args: argparse.Namespace, api: Any, inventory: Inventory, strategy: Strategy) -> Checkpoints | None:
+def _restored(args: argparse.Namespace, api: ApiClient, inventory: Inventory, strategy: Strategy,
+              ) -> Checkpoints | None:
     """The VPAs' usable checkpoints (none with --no-checkpoints); None when reading them failed (said on stderr)."""
     from podtailor.kube.errors import KubeError
     from recommender.report.checkpoints import Checkpoints, checkpoint_discovery, read_checkpoints
