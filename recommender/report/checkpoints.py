@@ -14,6 +14,7 @@ warning says so and every workload is recommended from fresh state; any other fa
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -75,7 +76,7 @@ def restore_owned(items: Iterable[Mapping[str, object]], vpas: Mapping[WorkloadK
     the checkpoints that could not be used and why."""
     by_name: dict[tuple[str, str], WorkloadKey] = {(v.namespace, v.name): key for key, v in vpas.items()}
     restored: dict[WorkloadKey, Restored] = {}
-    unusable: list[str] = []
+    unusable: dict[str, list[str]] = defaultdict(list)
     for obj in items:
         meta = obj.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
@@ -86,10 +87,23 @@ def restore_owned(items: Iterable[Mapping[str, object]], vpas: Mapping[WorkloadK
         try:
             restored[key] = restore(obj, strategy)
         except UnusableCheckpoint as err:
-            unusable.append(f"{where[0]}/{where[1]} ({err})")
-    warnings = (f"{len(unusable)} recommender checkpoints not used, their workloads recommended from fresh state: "
-                f"{', '.join(sorted(unusable))}",) if unusable else ()
-    return restored, warnings
+            why = f"written for another strategy or format version than --strategy {strategy.name}" if err.stale \
+                else "unreadable"
+            unusable[why].append(f"{where[0]}/{where[1]}")
+    return restored, _unusable_warning(unusable)
+
+
+def _unusable_warning(unusable: Mapping[str, list[str]], shown: int = 3) -> tuple[str, ...]:
+    """One warning for every checkpoint not used, by reason, naming the first few of each."""
+    if not unusable:
+        return ()
+    parts = []
+    for why, names in sorted(unusable.items()):
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        parts.append(f"{why}: {', '.join(sorted(names)[:shown])}{more}")
+    n = sum(len(names) for names in unusable.values())
+    which = "checkpoint not used, its workload" if n == 1 else "checkpoints not used, their workloads"
+    return (f"{n} recommender {which} recommended from fresh state ({'; '.join(parts)})",)
 
 
 def grow(workloads: Iterable[Workload], restored: Mapping[WorkloadKey, Restored], read: Read, *, end_s: float,

@@ -53,9 +53,21 @@ def test_each_vpa_restores_the_checkpoint_it_owns_and_an_unusable_one_is_named_o
              checkpoint("shop", "web-vpa", "u-earlier", NOW - 600)]  # an earlier VPA of the same name
     restored, warnings = restore_owned(items[:2], VPAS, STRATEGY)
     assert set(restored) == {WEB.key} and restored[WEB.key].history_until_s == NOW - 600
-    assert warnings == ("1 recommender checkpoints not used, their workloads recommended from fresh state: "
-                        "data/db-vpa (strategy or version changed)",)
+    assert warnings == ("1 recommender checkpoint not used, its workload recommended from fresh state (written for "
+                        "another strategy or format version than --strategy krr-simple: data/db-vpa)",)
     assert restore_owned(items[2:], VPAS, STRATEGY) == ({}, ())
+
+
+def test_many_unusable_checkpoints_are_one_warning_naming_a_few_per_reason() -> None:
+    workloads = [workload("shop", f"w{i}", (spec("app", cur(1, 1)),)) for i in range(5)]
+    vpas = {w.key: vpa("shop", f"v{i}", ("Deployment", w.name), f"u{i}") for i, w in enumerate(workloads)}
+    items = [checkpoint("shop", f"v{i}", f"u{i}", NOW, strategy="vpa") for i in range(4)]
+    items.append(checkpoint("shop", "v4", "u4", NOW, containers=[{"name": "app"}]))  # no state
+    restored, warnings = restore_owned(items, vpas, STRATEGY)
+    assert restored == {}
+    assert warnings == ("5 recommender checkpoints not used, their workloads recommended from fresh state (unreadable: "
+                        "shop/v4; written for another strategy or format version than --strategy krr-simple: shop/v0, "
+                        "shop/v1, shop/v2 and 1 more)",)
 
 
 def listing(answer: Exception | list[dict[str, Any]], seen: list[str | None]) -> Listing:
