@@ -7,8 +7,11 @@ nothing it is given. Every caller passes the same inputs: ``containers_in_pod`` 
 passed, the container policy is the VPA's (minAllowed, maxAllowed, controlled resources and values, mode)
 with the fleet set, and the fleet is ``fleet_of`` over every container the caller recommends for, once all
 its history is folded in (the backtest, which has no "all history", gives the fleet of its series' first
-day). Only the sink differs: the engine writes the recommendations into the VPA's status, the report puts
-them in its document and writes nothing, the backtest applies them to its simulated container.
+day). The states are the engine's: restored from the VPA's checkpoint where one is usable
+(``recommender.kube.checkpoint``, by the engine and, read-only, by the report) and grown by ``fold_new`` with
+the history after it, else built from the window. Only the sink differs: the engine writes the
+recommendations into the VPA's status, the report puts them in its document and writes nothing, the backtest
+applies them to its simulated container.
 """
 
 from __future__ import annotations

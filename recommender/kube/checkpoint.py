@@ -60,8 +60,8 @@ def restore(obj: Mapping[str, object], strategy: Strategy) -> Restored:
         if not isinstance(containers, list):
             raise TypeError("spec.containers is not a list")
         states = {c["name"]: strategy.restore(c["state"]) for c in containers}
-        until = spec.get("historyUntilSeconds")
-        return Restored(states=states, history_until_s=None if until is None else _seconds(until))
+        until = _seconds(spec["historyUntilSeconds"]) if "historyUntilSeconds" in spec else None
+        return Restored(states=states, history_until_s=until)
     except (KeyError, TypeError, ValueError) as err:
         raise UnusableCheckpoint(str(err), stale=False) from err
 

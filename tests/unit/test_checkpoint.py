@@ -55,6 +55,7 @@ def test_a_written_checkpoint_restores_the_states_and_the_history_time() -> None
     ({"containers": "app"}, False),
     ({"historyUntilSeconds": "soon"}, False),
     ({"historyUntilSeconds": True}, False),
+    ({"historyUntilSeconds": None}, False),
 ])
 def test_a_checkpoint_of_another_strategy_or_version_or_unreadable_is_not_used(change: dict[str, object],
                                                                                stale: bool) -> None:
