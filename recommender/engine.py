@@ -20,19 +20,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from podtailor.vpa import TargetRef
+from recommender.kube import checkpoint
 from recommender.kube.cluster import Workload
 from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec
 from recommender.kube.vpa_status import StatusBuilder, build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
-from recommender.recommend import fleet_of, has_target, recommend_workload, strategy_for
+from recommender.recommend import fleet_of, fold_new, has_target, recommend_workload, strategy_for
 from recommender.sources.errors import PartialSourceError
 
 log = logging.getLogger("podtailor.recommender")
-CHECKPOINT_VERSION = "1"
 RISK_CACHE_SIZE = 16
 """Strategies kept for distinct risk annotations; beyond that the oldest is dropped (rebuilding one is cheap)."""
 
@@ -53,9 +53,11 @@ class VpaStore(Protocol):
 
     def update_vpa_status(self, vpa: VpaIdentity, build: StatusBuilder, attempts: int = 4) -> bool: ...
 
-    def load_checkpoint(self, vpa: VpaIdentity) -> dict[str, Any] | None: ...
+    def load_checkpoint(self, vpa: VpaIdentity) -> Mapping[str, object] | None:
+        """The VPA's checkpoint object (``checkpoint.restore`` reads it), None when it has none."""
+        ...
 
-    def save_checkpoint(self, vpa: VpaIdentity, spec: dict[str, Any]) -> None: ...
+    def save_checkpoint(self, vpa: VpaIdentity, spec: Mapping[str, object]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,21 +113,20 @@ class RecommenderEngine:
         self._by_risk: dict[float, Strategy] = {}
 
     # -- discovery ---------------------------------------------------------------------------------------
-    def _serves(self, spec: VpaSpec) -> bool:
-        return spec.recommender == self.config.recommender_name or (self.config.serve_all and spec.recommender
-                                                                     in (None, "default"))
+    def _serves(self, recommenders: tuple[str, ...]) -> bool:
+        """Whether a VPA naming these recommenders is ours: it names us, or (``serve_all``) none or "default".
+        Applied to every listed VPA, unparsable ones included, so that only ours are marked unsupported."""
+        return self.config.recommender_name in recommenders or (self.config.serve_all
+                                                                and recommenders in ((), ("default",)))
 
     def _discover(self, now_s: float) -> tuple[list[Served], int]:
         current: dict[str, Served] = {}
         unsupported = 0
         for spec in self.store.list_vpas(self.config.namespaces):
-            names = spec.recommenders
-            if not (self.config.recommender_name in names or (self.config.serve_all and names in ((), ("default",)))):
+            if not self._serves(spec.recommenders):
                 continue
             if isinstance(spec, UnparsableVpa):
                 unsupported += self._mark_unsupported(spec, spec.error)
-                continue
-            if not self._serves(spec):
                 continue
             entry = self._track(spec, now_s)
             if entry is None:
@@ -151,17 +152,16 @@ class RecommenderEngine:
         obj = self.store.load_checkpoint(entry.spec)
         if obj is None:
             return
-        spec = obj.get("spec") or {}
-        if spec.get("strategy") != self.strategy.name or spec.get("version") != CHECKPOINT_VERSION:
-            log.info("checkpoint ignored", extra={"vpa": entry.spec.name, "reason": "strategy or version changed"})
-            return
         try:
-            states = {c["name"]: self.strategy.restore(c["state"]) for c in spec.get("containers") or []}
-            until = float(spec["historyUntilSeconds"]) if "historyUntilSeconds" in spec else None
-        except (KeyError, TypeError, ValueError) as err:
-            log.warning("checkpoint unreadable; reloading history", extra={"vpa": entry.spec.name, "error": str(err)})
+            restored = checkpoint.restore(obj, self.strategy)
+        except checkpoint.UnusableCheckpoint as err:
+            if err.stale:
+                log.info("checkpoint ignored", extra={"vpa": entry.spec.name, "reason": str(err)})
+            else:
+                log.warning("checkpoint unreadable; reloading history", extra={"vpa": entry.spec.name,
+                                                                               "error": str(err)})
             return
-        entry.states, entry.history_until_s = states, until
+        entry.states, entry.history_until_s = dict(restored.states), restored.history_until_s
         self.metrics.checkpoints_restored.inc()
 
     def _mark_unsupported(self, spec: VpaIdentity, message: str) -> int:
@@ -177,7 +177,7 @@ class RecommenderEngine:
             end_s = now_s - self.config.read_lag_s
             groups: dict[float, list[Served]] = {}
             for e in entries:
-                start = e.history_until_s if e.history_until_s is not None else end_s - self.config.history_s
+                start = checkpoint.read_start(e.history_until_s, end_s, self.config.history_s)
                 groups.setdefault(start, []).append(e)
             reads = []  # every group's new samples are folded in first: the fleet's sizes need them all
             for start, members in sorted(groups.items()):
@@ -224,17 +224,11 @@ class RecommenderEngine:
         return 1
 
     def _fold(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch]) -> None:
-        """The new samples into each container's state (a new state for a container seen the first time)."""
+        """The new samples into each container's state (``recommend.fold_new``)."""
         spec, workload = entry.spec, entry.workload
-        for c in workload.containers:
-            key = ContainerKey(namespace=spec.namespace, workload_kind=workload.kind, workload_name=workload.name,
-                               container=c.name)
-            state = entry.states.get(c.name)
-            if state is None:
-                state = entry.states[c.name] = self.strategy.new_state()
-            batch = batches.get(key)
-            if batch is not None:
-                state.add(batch)
+        fold_new(self.strategy, entry.states, {c.name: ContainerKey(
+            namespace=spec.namespace, workload_kind=workload.kind, workload_name=workload.name, container=c.name)
+            for c in workload.containers}, batches)
 
     def _serve(self, entry: Served, end_s: float, now_s: float, recs: dict[tuple[str, str, str], Recommendation],
                fleet: FleetScale | None) -> int:
@@ -285,15 +279,8 @@ class RecommenderEngine:
     def _maybe_checkpoint(self, entry: Served, now_s: float, force: bool = False) -> None:
         if not force and now_s - entry.last_checkpoint_s < self.config.checkpoint_every_s:
             return
-        from datetime import UTC, datetime
-
-        until = entry.history_until_s or now_s
-        self.store.save_checkpoint(entry.spec, {
-            "strategy": self.strategy.name, "version": CHECKPOINT_VERSION,
-            "historyUntil": datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "historyUntilSeconds": until,
-            "containers": [{"name": n, "state": s.to_checkpoint()} for n, s in sorted(entry.states.items())],
-        })
+        self.store.save_checkpoint(entry.spec, checkpoint.checkpoint_spec(self.strategy, entry.states,
+                                                                          entry.history_until_s or now_s))
         entry.last_checkpoint_s = now_s
         self.metrics.checkpoints_written.inc()
 

@@ -7,8 +7,11 @@ nothing it is given. Every caller passes the same inputs: ``containers_in_pod`` 
 passed, the container policy is the VPA's (minAllowed, maxAllowed, controlled resources and values, mode)
 with the fleet set, and the fleet is ``fleet_of`` over every container the caller recommends for, once all
 its history is folded in (the backtest, which has no "all history", gives the fleet of its series' first
-day). Only the sink differs: the engine writes the recommendations into the VPA's status, the report puts
-them in its document and writes nothing, the backtest applies them to its simulated container.
+day). The states are the engine's: restored from the VPA's checkpoint where one is usable
+(``recommender.kube.checkpoint``, by the engine and, read-only, by the report) and grown by ``fold_new`` with
+the history after it, else built from the window. Only the sink differs: the engine writes the
+recommendations into the VPA's status, the report puts them in its document and writes nothing, the backtest
+applies them to its simulated container.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ from typing import Protocol
 
 from podtailor.resources import CurrentResources
 from recommender.kube.served import VpaSpec
-from recommender.model.types import ContainerPolicy, ContainerState, FleetScale, Recommendation, Strategy
+from recommender.model.types import (
+    ContainerKey,
+    ContainerPolicy,
+    ContainerState,
+    FleetScale,
+    Recommendation,
+    Strategy,
+    UsageBatch,
+)
 
 
 class Container(Protocol):
@@ -72,6 +83,20 @@ def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: Callable[[floa
     if vpa is None or vpa.risk is None or at_risk is None:
         return default
     return at_risk(vpa.risk)
+
+
+def fold_new(strategy: Strategy, states: dict[str, ContainerState], keys: Mapping[str, ContainerKey],
+             batches: Mapping[ContainerKey, UsageBatch]) -> None:
+    """New samples into ``states``, in place: for each container name in ``keys``, its batch (if any) added to
+    its state, a new state made for a container seen the first time. How the engine grows a VPA's states each
+    pass, from a checkpoint or from nothing; ``report`` grows restored states the same way."""
+    for name, key in keys.items():
+        state = states.get(name)
+        if state is None:
+            state = states[name] = strategy.new_state()
+        batch = batches.get(key)
+        if batch is not None:
+            state.add(batch)
 
 
 def recommend_workload(strategy: Strategy, containers: Sequence[Container], states: Mapping[str, ContainerState],

@@ -20,6 +20,7 @@ from podtailor.kube.errors import KubeError, TemporaryKubeError, classify, is_no
 from podtailor.kube.fields import pod_containers
 from podtailor.resources import CurrentResources, parse_resources
 from podtailor.vpa import GROUP, PLURAL, VERSION, TargetRef
+from recommender.kube.checkpoint import owned_by
 from recommender.kube.served import UnparsableVpa, VpaIdentity, VpaSpec, read_vpa
 from recommender.kube.vpa_status import StatusBuilder
 
@@ -153,12 +154,11 @@ class KubeAdapter:
             if is_not_found(err):
                 return None
             raise classify(err, f"read checkpoint {vpa.namespace}/{vpa.name}") from err
-        owners = obj["metadata"].get("ownerReferences") or []
-        if not any(o.get("uid") == vpa.uid for o in owners):
+        if not owned_by(obj, vpa.uid):
             return None  # left over from an earlier VPA of the same name
         return obj
 
-    def save_checkpoint(self, vpa: VpaIdentity, spec: Obj) -> None:
+    def save_checkpoint(self, vpa: VpaIdentity, spec: Mapping[str, object]) -> None:
         owners = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "VerticalPodAutoscaler", "name": vpa.name,
                    "uid": vpa.uid}]
         body = {"apiVersion": f"{CHECKPOINT_GROUP}/{CHECKPOINT_VERSION}", "kind": "RecommenderCheckpoint",

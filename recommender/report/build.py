@@ -6,14 +6,14 @@ first pass, before any checkpoint), the fleet is that of all of them (``recommen
 group is folded, so the report does not depend on ``--read-groups``), and each workload is recommended by
 ``recommend.recommend_workload`` with its VPA's container policy (minAllowed/maxAllowed, controlled
 resources and values, mode) and risk annotation, or the default policy where no VPA targets it (the
-workload's ``vpa`` is then None and a warning counts such workloads). The report is a read-only sink: it
-keeps the recommendations and writes nothing. Plain init containers get none (the recommender writes none
-for them). It also owns what the updater would write (``disruption.planned``), the usage distribution behind
-each chart, the monthly cost, the risk flags, the disruption column and the summaries by namespace, node
-pool and in total. What the report does not know, and ``run`` does: a checkpoint's older history (the report
-reads ``--history`` only) and the applied values a running recommender has seen change (podtailor's
-decrease dwell starts unknown), so against a long-running recommender a decrease may show before ``run``
-writes it.
+workload's ``vpa`` is then None and a warning counts such workloads). A workload whose VPA has a recommender
+checkpoint is recommended from the restored state instead (``report.checkpoints``, the engine's restore; the
+state then also holds what the recommender has seen applied), unless ``--no-checkpoints``. The report is a
+read-only sink: it keeps the recommendations and writes nothing. Plain init containers get none (the
+recommender writes none for them). It also owns what the updater would write (``disruption.planned``), the
+usage distribution behind each chart, the monthly cost, the risk flags, the disruption column and the
+summaries by namespace, node pool and in total; the usage, its charts and the pod-hours of Jobs and CronJobs
+are those of the report's window whatever the state was restored from.
 
 Cost rules: a container costs its requests (an unset request costs nothing, as in OpenCost's request-based
 allocation) times the workload's pod-hours per month at its node pool's prices. Pod-hours per month are
@@ -222,6 +222,11 @@ def _key(workload: Workload, container: str) -> ContainerKey:
 def _served(workload: Workload) -> tuple[ContainerSpec, ...]:
     """The containers the recommender writes a recommendation for: regular ones and native sidecars."""
     return tuple(c for c in workload.containers if c.role != Role.INIT)
+
+
+def container_keys(workload: Workload) -> dict[str, ContainerKey]:
+    """The key of each container the recommender writes a recommendation for, by name."""
+    return {c.name: _key(workload, c.name) for c in _served(workload)}
 
 
 def fold(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch],

@@ -3,11 +3,12 @@
 Owns ``add_report_parser(subparsers)`` and ``run_report(args)``. The run is read-only: discovery lists
 workloads (``discovery``), batched history reads cover the namespaces they are in (the recommender's
 ``PrometheusSource``, so the request count does not grow with the number of workloads: one read per group of
-namespaces, ``--read-groups``, the next group read while the one before is folded into states), the builder
-recommends once every group is in (the fleet is that of all of them, as the engine's), its pieces are
-assembled into one ``Report``, and one printer writes it to stdout or
-``--output-file``. A progress bar (rich) goes to
-stderr when stderr is a terminal; with a machine format nothing but the report reaches stdout.
+namespaces, ``--read-groups``, the next group read while the one before is folded into states; a workload
+whose VPA has a recommender checkpoint starts from it instead, ``checkpoints``, unless ``--no-checkpoints``),
+the builder recommends once every group is in (the fleet is that of all of them, as the engine's), its
+pieces are assembled into one ``Report``, and one printer writes it to stdout or ``--output-file``. A
+progress bar (rich) goes to stderr when stderr is a terminal; with a machine format nothing but the report
+reaches stdout.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -38,6 +40,15 @@ from recommender.cli import (
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
 from recommender.report import patches, render
 from recommender.report.types import KINDS, Report, Workload
+
+if TYPE_CHECKING:  # imported where the report runs, not for --help
+    from kubernetes.client import ApiClient
+
+    from recommender.model.types import Strategy
+    from recommender.report.checkpoints import Checkpoints
+    from recommender.report.pricing import PriceSheet
+    from recommender.report.types import Inventory
+    from recommender.sources.config import PrometheusConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 READ_LAG_S = 120.0
@@ -75,8 +86,10 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Recommend requests and limits for every workload from its usage history, price them and "
                     "show what applying them would disrupt, as the recommender would: with the fleet of every "
                     "workload reported and each workload's VPA container policy (the default policy where none "
-                    "targets it). Read-only: needs list access to workloads, pods, nodes, HPAs, LimitRanges "
-                    "and VPAs (optional), and Prometheus; no CRD or in-cluster component.",
+                    "targets it) and, where the VPA has a recommender checkpoint, from the state restored from "
+                    "it (--no-checkpoints: fresh state). Read-only: needs list access to workloads, pods, nodes, "
+                    "HPAs, LimitRanges, VPAs and RecommenderCheckpoints (both optional), and Prometheus; no CRD "
+                    "or in-cluster component.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_kube_flags(p)
     add_prometheus_flags(p)
@@ -92,6 +105,10 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_risk_flag(g)
     g.add_argument("--history", type=duration_s, default=8 * 86400.0, metavar="DURATION",
                    help="usage history to read (default: 8d)")
+    g.add_argument("--no-checkpoints", dest="checkpoints", action="store_false",
+                   help="recommend every workload from fresh state over --history; by default a workload whose "
+                        "VPA has a RecommenderCheckpoint is recommended from it as the recommender would (its "
+                        "state restored, plus the history after it), so the report shows what `once` writes")
     g.add_argument("-o", "--output", choices=(*render.FORMATS, patches.FORMAT), default="table",
                    help="format (default: table); patches: one kustomize strategic-merge patch per workload, "
                         "in --output-dir")
@@ -186,10 +203,10 @@ class _Progress:
 def _settings(args: argparse.Namespace) -> dict[str, object]:
     return {"namespaces": list(args.namespace), "selector": args.selector, "kinds": list(args.kind or KINDS),
             "historySeconds": args.history, "stepSeconds": int(args.step), "changeThreshold": args.change_threshold,
-            "poolLabel": args.pool_label, "risk": args.risk}
+            "poolLabel": args.pool_label, "risk": args.risk, "checkpoints": args.checkpoints}
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, PrometheusConfig, ApiClient]:
     """Everything that can fail on bad input, before anything is contacted: (prices, strategy, prom, api)."""
     from recommender.report.objects import SelectorError, parse_selector
     from recommender.report.pricing import PriceError, PriceSheet, load_sheet
@@ -240,11 +257,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(not args.no_progress)
-    try:
-        with progress.running():
-            code, report = _collect(args, prices, strategy, prom, api, progress)
-    finally:
-        api.close()
+    with closing(api), progress.running():
+        code, report = _collect(args, prices, strategy, prom, api, progress)
     if report is None:
         return code
     failed = _write_patches(report, args.output_dir) if args.output == patches.FORMAT else _print(report, args)
@@ -270,12 +284,13 @@ def _print(report: Report, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, api: Any,
+def _collect(args: argparse.Namespace, prices: PriceSheet, strategy: Strategy, prom: PrometheusConfig, api: ApiClient,
              progress: _Progress) -> tuple[int, Report | None]:
     from podtailor.kube.errors import KubeError
     from recommender.model.types import ContainerKey, ContainerState, UsageBatch
     from recommender.recommend import fleet_of
     from recommender.report.build import BuildConfig, Recommending, assemble, fold, workload_reports
+    from recommender.report.checkpoints import grow
     from recommender.report.discovery import Discovery, Filters
     from recommender.sources.errors import SourceError
     from recommender.sources.prometheus import PrometheusSource
@@ -292,6 +307,11 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
         print(f"error: empty result: no workload matched (namespaces: {', '.join(args.namespace) or 'all'}; "
               f"selector: {args.selector or 'none'}; kinds: {', '.join(args.kind) or 'all'})", file=sys.stderr)
         return EXIT_EMPTY, None
+    restored = _restored(args, api, inventory, strategy)
+    if restored is None:
+        return EXIT_FAILED, None
+    inventory = replace(inventory, warnings=(*inventory.warnings, *restored.warnings),
+                        api_requests=inventory.api_requests + restored.requests)
     now = time.time()
     end = now - READ_LAG_S
     start = end - args.history
@@ -318,8 +338,11 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
                 if i + 1 < len(groups):
                     pending = read(groups[i + 1])
                 inside = set(names)
-                states.update(fold((w for w in inventory.workloads if w.namespace in inside), group, strategy))
+                states.update(fold((w for w in inventory.workloads if w.namespace in inside
+                                    and w.key not in restored.restored), group, strategy))
                 batches.update(group)
+            states.update(grow(inventory.workloads, restored.restored, source.history, end_s=end,
+                               history_s=args.history, strategy=strategy))
         except SourceError as err:
             print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
             return EXIT_FAILED, None
@@ -327,8 +350,6 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
             pending.cancel()
             reader.shutdown(wait=True)
             source.close()
-    from dataclasses import replace
-
     inputs = Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now),
                           at_risk=strategy_at_risk(args))
     items = workload_reports(inventory, inventory.workloads, batches, inputs, cfg, progress=progress.advance)
@@ -339,3 +360,18 @@ def _collect(args: argparse.Namespace, prices: Any, strategy: Any, prom: Any, ap
               "metrics not scraped?)", file=sys.stderr)
         return EXIT_EMPTY, report
     return EXIT_OK, report
+
+
+def _restored(args: argparse.Namespace, api: ApiClient, inventory: Inventory, strategy: Strategy,
+              ) -> Checkpoints | None:
+    """The VPAs' usable checkpoints (none with --no-checkpoints); None when reading them failed (said on stderr)."""
+    from podtailor.kube.errors import KubeError
+    from recommender.report.checkpoints import Checkpoints, checkpoint_discovery, read_checkpoints
+
+    if not args.checkpoints:
+        return Checkpoints(restored={})
+    try:
+        return read_checkpoints(checkpoint_discovery(api), tuple(args.namespace), inventory.vpas, strategy)
+    except KubeError as err:
+        print(f"error: Kubernetes API: {err}", file=sys.stderr)
+        return None

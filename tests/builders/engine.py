@@ -7,6 +7,7 @@ subclass it with the ``list_vpas`` and ``workload`` their cluster needs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from recommender.kube.served import VpaSpec
@@ -25,5 +26,5 @@ class StatusStore:
     def load_checkpoint(self, vpa: VpaSpec) -> dict[str, Any] | None:
         return None
 
-    def save_checkpoint(self, vpa: VpaSpec, spec: dict[str, Any]) -> None:
+    def save_checkpoint(self, vpa: VpaSpec, spec: Mapping[str, object]) -> None:
         pass
