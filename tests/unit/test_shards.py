@@ -5,6 +5,7 @@ The Leases themselves are exercised on the real API server (tests/integration/te
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes import client
+from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
-from podtailor.runtime.shard_leases import member_lease_name, shard_lease_name
+from podtailor.runtime.shard_leases import GROUP_LABEL, Membership, _ShardLock, member_lease_name, shard_lease_name
 from podtailor.runtime.shards import LeaseTimings, ShardTable, shard_of, share
 from podtailor.vpa import TargetRef
 from recommender.__main__ import main
@@ -222,3 +225,91 @@ def test_a_bad_shard_count_is_a_usage_error(value: str) -> None:
     with pytest.raises(SystemExit) as exit_:
         main([*RUN, "--shards", value])
     assert exit_.value.code == 2
+
+
+class Leases:
+    """The Lease calls a ``LeaseLock`` makes, over one stored Lease (a fake of three methods, no server)."""
+
+    def __init__(self) -> None:
+        self.lease: client.V1Lease | None = None
+        self.writes: list[str | None] = []
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+        if self.lease is None:
+            raise client.ApiException(status=404)
+        return self.lease
+
+    def create_namespaced_lease(self, namespace: str, body: client.V1Lease) -> client.V1Lease:
+        self.lease = body
+        self.writes.append(body.spec.holder_identity)
+        return body
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease) -> client.V1Lease:
+        self.lease = body
+        self.writes.append(body.spec.holder_identity)
+        return body
+
+
+def shard_lock(table: ShardTable, index: int, leases: Leases) -> _ShardLock:
+    lock = _ShardLock(f"pt-shard-{index}", "ns", "me", table=table, index=index)
+    lock.api_instance = leases
+    return lock
+
+
+def record(holder: str) -> LeaderElectionRecord:
+    return LeaderElectionRecord(holder, "6", "2026-12-06 10:00:00", "2026-12-06 10:00:01")  # type: ignore[no-untyped-call]
+
+
+def test_the_lock_takes_a_shard_only_within_the_share_and_records_each_write() -> None:
+    clock = Clock()
+    table = table_with([0], cap=2, clock=clock)
+    free = [Leases() for _ in range(3)]
+    assert shard_lock(table, 1, free[1]).create("pt-shard-1", "ns", record("me"))
+    assert table.holds(1) and free[1].writes == ["me"]
+    assert not shard_lock(table, 2, free[2]).create("pt-shard-2", "ns", record("me"))  # beyond the share of 2
+    assert free[2].writes == [] and not table.holds(2)
+    lock = shard_lock(table, 1, free[1])
+    assert lock.get("pt-shard-1", "ns")[0]
+    clock.now += 3
+    assert lock.update("pt-shard-1", "ns", record("me"))  # a renewal, counted from its start
+    clock.now += 9  # 9 s after the renewal, 12 s after taking it: still within the 10 s renew deadline
+    assert table.owns(next(n for n in NAMES if shard_of(n, 6) == 1))
+
+
+def test_a_shard_given_up_gets_an_empty_holder_once_and_is_not_renewed() -> None:
+    clock = Clock()
+    table = table_with([], cap=2, clock=clock)
+    leases = Leases()
+    lock = shard_lock(table, 3, leases)
+    assert lock.create("pt-shard-3", "ns", record("me"))
+    table.release(3)
+    for _ in range(3):  # the election keeps trying to renew until its renew deadline
+        lock.get("pt-shard-3", "ns")
+        assert not lock.update("pt-shard-3", "ns", record("me"))
+    assert leases.writes == ["me", ""]  # taken, then given up once; never renewed
+
+
+def test_live_replicas_are_the_members_renewed_within_their_lease_duration() -> None:
+    now = dt.datetime.now(dt.UTC)
+
+    def member(holder: str, age_s: float) -> client.V1Lease:
+        return client.V1Lease(metadata=client.V1ObjectMeta(name=f"m-{holder}", resource_version="1"),
+                              spec=client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=6,
+                                                      renew_time=now - dt.timedelta(seconds=age_s)))
+
+    class Listed:
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+
+        def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+            if method == "delete_namespaced_lease":
+                self.deleted.append(args[0])
+                return None
+            assert method == "list_namespaced_lease" and kwargs["label_selector"] == f"{GROUP_LABEL}=pt"
+            return client.V1LeaseList(items=[member("a", 1), member("b", 5), member("c", 7), member("d", 600)])
+
+    leases = Listed()
+    membership = Membership(leases, base="pt", namespace="ns", identity="me", lease_s=6)  # type: ignore[arg-type]
+    # a and b within 6 s, c expired 1 s ago, d 594 s ago (beyond 10 lease durations: deleted); "me" counts itself
+    assert membership.live() == 3
+    assert leases.deleted == ["m-d"]
