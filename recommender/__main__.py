@@ -151,7 +151,10 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
 
         election = ShardedElection(api, base=args.leader_election_id, namespace=args.leader_election_namespace,
                                    identity=identity(), shards=args.shards, timings=timings)
-        engine.store = ShardedStore(engine.store, election.table.owns, args.shards)  # before the first pass
+        engine.store = ShardedStore(engine.store, election.table.owns, args.shards,  # before the first pass
+                                    refused=engine.metrics.writes_refused.inc)
+        table = election.table
+        engine.metrics.shards_served.set_function(lambda: len(table.serving()))
         readiness = Detailed(health, election.describe)
     server = make_server(args.listen, registry, readiness)
 

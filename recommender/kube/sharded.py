@@ -4,10 +4,10 @@ Owns the write guard of a sharded replica. ``ShardedStore`` wraps the engine's `
 returns only the VPAs of namespaces whose shard this replica holds (so the engine serves, reads history for
 and checkpoints nothing else), and every write asks ``owns(namespace)`` (``podtailor.runtime.shards.
 ShardTable.owns``) just before it is sent: a status write inside its read-build-write step, after the read
-(so a 409 retry asks again), a checkpoint before its write. A write refused there is skipped, logged, and
-reported as not written; the engine drops the VPA at its next pass, and the replica that takes the shard
-restores it from the checkpoint. Each write done is logged at debug level with the namespace, the VPA and
-the shard, so the writers of a VPA can be counted from the replicas' logs.
+(so a 409 retry asks again), a checkpoint before its write. A write refused there is skipped, logged, counted
+(``refused``) and reported as not written; the engine drops the VPA at its next pass, and the replica that
+takes the shard restores it from the checkpoint. Each write done is logged at debug level with the
+namespace, the VPA and the shard, so the writers of a VPA can be counted from the replicas' logs.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ log = logging.getLogger("podtailor.recommender.shards")
 class ShardedStore:
     """A ``VpaStore`` over ``inner`` limited to the namespaces ``owns`` says (module docstring)."""
 
-    def __init__(self, inner: VpaStore, owns: Callable[[str], bool], shards: int) -> None:
-        self.inner, self.owns, self.shards = inner, owns, shards
+    def __init__(self, inner: VpaStore, owns: Callable[[str], bool], shards: int,
+                 refused: Callable[[], None] = lambda: None) -> None:
+        self.inner, self.owns, self.shards, self.refused = inner, owns, shards, refused
+        """``refused()`` is called once per write not sent (a counter's ``inc``)."""
 
     def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]:
         return [vpa for vpa in self.inner.list_vpas(namespaces) if self.owns(vpa.namespace)]
@@ -65,6 +67,7 @@ class ShardedStore:
         fields = {"namespace": vpa.namespace, "vpa": vpa.name, "shard": shard_of(vpa.namespace, self.shards),
                   "what": what}
         if refused:
+            self.refused()
             log.info("not written: this replica no longer holds the shard; its new holder writes it", extra=fields)
         elif wrote:
             log.debug("written", extra=fields)

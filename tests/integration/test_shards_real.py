@@ -136,6 +136,12 @@ def balanced(replicas: list[Replica]) -> bool:
     return sum(counts) == SHARDS and union == frozenset(range(SHARDS)) and max(counts) <= share
 
 
+def shards_metric(replica: Replica) -> float:
+    gauge = "podtailor_recommender_shards_served "
+    lines = _get(f"http://127.0.0.1:{replica.port}/metrics")[1].splitlines()
+    return float(next(line for line in lines if line.startswith(gauge)).split()[-1])
+
+
 def writers_between(replicas: list[Replica], start: float, end: float) -> dict[str, set[int]]:
     """namespace -> the replicas (by position) that wrote for it between ``start`` and ``end``."""
     out: dict[str, set[int]] = defaultdict(set)
@@ -179,6 +185,7 @@ def test_three_replicas_share_six_shards_fail_over_and_take_their_share_back(
         start = time.time() + 1
         time.sleep(6)  # three passes
         assert balanced(replicas)
+        assert [shards_metric(r) for r in replicas] == [2.0, 2.0, 2.0]
         assert_one_writer_each(replicas, fleet, start, time.time() - 1)
 
         victim = replicas[0]

@@ -188,7 +188,8 @@ def test_the_store_lists_and_writes_only_owned_namespaces() -> None:
     clock = Clock()
     table = table_with([0], cap=3, clock=clock)  # team-a is in shard 0, default in shard 1
     inner = Inner()
-    store = ShardedStore(inner, table.owns, 6)
+    refusals: list[int] = []
+    store = ShardedStore(inner, table.owns, 6, refused=lambda: refusals.append(1))
     built: list[str] = []
 
     def build(status: dict[str, Any]) -> dict[str, Any]:
@@ -205,6 +206,7 @@ def test_the_store_lists_and_writes_only_owned_namespaces() -> None:
     assert not store.update_vpa_status(Vpa("team-a"), build)
     store.save_checkpoint(Vpa("team-a"), {})
     assert inner.statuses == ["team-a"] and inner.checkpoints == ["team-a"] and store.list_vpas() == []
+    assert len(refusals) == 4  # default's status and checkpoint, then team-a's once its Lease was stale
 
 
 RUN = ["run", "--prometheus-url", "http://127.0.0.1:9", "--kubeconfig", "/nonexistent"]
