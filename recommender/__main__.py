@@ -26,6 +26,7 @@ from podtailor.runtime.cli import (
 )
 from podtailor.runtime.leader import add_leader_election_flags
 from podtailor.runtime.serve import add_listen_flag
+from podtailor.runtime.shards import LeaseTimings, add_shard_flags, lease_timings
 from recommender import __version__
 from recommender.cli import (
     add_engine_flags,
@@ -53,7 +54,8 @@ them in place. State is checkpointed in the API server, so a restart does not re
 
 commands:
   once      one pass: read new history, write VPA status, print the recommendations
-  run       continuous: a pass every --interval, leader election, /metrics, /healthz, /readyz
+  run       continuous: a pass every --interval, leader election (or --shards N over N Leases),
+            /metrics, /healthz, /readyz
   report    dry-run report and cost review for any cluster (read-only; no CRDs or VPAs needed)
   backtest  replay usage history and score strategies (slack, OOMs, throttling, changes)
 """
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--interval", type=duration_s, default=60.0, metavar="DURATION", help="pass interval (default: 1m)")
     add_listen_flag(g, "0.0.0.0:8942")
     add_leader_election_flags(g, "podtailor-recommender")
+    add_shard_flags(g)
     return parser
 
 
@@ -121,14 +124,39 @@ def cmd_once(args: argparse.Namespace) -> int:
     return 1 if report.stale else 0
 
 
-def cmd_run(args: argparse.Namespace) -> NoReturn:
-    from podtailor.runtime.loop import RunLoop, leave, until_stopped
-    from podtailor.runtime.serve import PassFreshness, make_server
+def _timings(args: argparse.Namespace) -> LeaseTimings:
+    try:
+        timings = lease_timings(args)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.shards > 1 and not args.leader_elect:
+        raise UsageError("--shards needs leader election: each shard has its own Lease (drop --no-leader-elect)")
+    return timings
 
+
+def cmd_run(args: argparse.Namespace) -> NoReturn:
+    from podtailor.runtime.loop import RunLoop, leave, until_signalled, until_stopped
+    from podtailor.runtime.serve import Detailed, PassFreshness, Readiness, make_server
+
+    timings = _timings(args)
     registry = CollectorRegistry()
     engine, api = build_engine(args, registry)
     health = PassFreshness(stale_after_s=3 * args.interval + 60)
-    server = make_server(args.listen, registry, health)
+    readiness: Readiness = health
+    election = None
+    if args.shards > 1:
+        from podtailor.runtime.leader import identity
+        from podtailor.runtime.shard_leases import ShardedElection
+        from recommender.kube.sharded import ShardedStore
+
+        election = ShardedElection(api, base=args.leader_election_id, namespace=args.leader_election_namespace,
+                                   identity=identity(), shards=args.shards, timings=timings)
+        engine.store = ShardedStore(engine.store, election.table.owns, args.shards,  # before the first pass
+                                    refused=engine.metrics.writes_refused.inc)
+        table = election.table
+        engine.metrics.shards_served.set_function(lambda: len(table.serving()))
+        readiness = Detailed(health, election.describe)
+    server = make_server(args.listen, registry, readiness)
 
     def one_pass() -> None:
         report = engine.run_pass(time.time())
@@ -144,12 +172,20 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
         health.leading()
         loop.start()
 
-    log.info("recommender running", extra={"listen": args.listen, "interval_s": args.interval})
-    until_stopped(api, args, start_work=start_work, log=log)
+    log.info("recommender running", extra={"listen": args.listen, "interval_s": args.interval,
+                                           "shards": args.shards})
+    if election is None:
+        until_stopped(api, args, start_work=start_work, log=log, timings=timings)
+    else:  # every replica works, on the shards it holds; a Lease lost is campaigned for again
+        election.start()
+        start_work()
+        until_signalled()
     loop.stop()
     if loop.started:  # after the pass in progress, if any
         loop.join()
-        engine.checkpoint_all(time.time())
+        engine.checkpoint_all(time.time())  # sharded: only the shards still held (ShardedStore)
+    if election is not None:
+        election.stop()
     server.shutdown()
     leave(0)  # not through interpreter finalization, which can abort at a daemon thread (see leave)
 

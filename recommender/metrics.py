@@ -25,5 +25,11 @@ class RecommenderMetrics:
                                            registry=registry)
         self.checkpoints_restored = Counter("podtailor_recommender_checkpoints_restored",
                                             "States restored from checkpoints", registry=registry)
+        self.shards_served = Gauge("podtailor_recommender_shards_served",
+                                   "Shards whose namespaces this replica serves now (run --shards above 1)",
+                                   registry=registry)
+        self.writes_refused = Counter("podtailor_recommender_writes_refused",
+                                      "Status and checkpoint writes not sent: the shard's Lease was no longer held",
+                                      registry=registry)
         self.last_success = Gauge("podtailor_recommender_last_success_timestamp_seconds",
                                   "Unix time of the last pass that completed", registry=registry)

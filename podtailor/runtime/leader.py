@@ -25,8 +25,10 @@ from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from podtailor.runtime.shards import LeaseTimings
 
-class _TimedLeases:
+
+class TimedLeases:
     """The three Lease calls LeaseLock makes, with a timeout; no answer becomes ``ApiException(status=0)``."""
 
     def __init__(self, api_client: client.ApiClient, timeout_s: float) -> None:
@@ -36,7 +38,7 @@ class _TimedLeases:
         self.api: Any = client.CoordinationV1Api(client.ApiClient(configuration))
         self.timeout_s = timeout_s
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
             return getattr(self.api, method)(*args, _request_timeout=self.timeout_s, **kwargs)
         except client.ApiException:
@@ -45,29 +47,31 @@ class _TimedLeases:
             raise client.ApiException(status=0, reason=f"no answer from the API server: {err}") from err
 
     def read_namespaced_lease(self, name: str, namespace: str) -> Any:
-        return self._call("read_namespaced_lease", name, namespace)
+        return self.call("read_namespaced_lease", name, namespace)
 
     def create_namespaced_lease(self, namespace: str, body: Any) -> Any:
-        return self._call("create_namespaced_lease", namespace, body)
+        return self.call("create_namespaced_lease", namespace, body)
 
     def replace_namespaced_lease(self, name: str, namespace: str, body: Any) -> Any:
-        return self._call("replace_namespaced_lease", name=name, namespace=namespace, body=body)
+        return self.call("replace_namespaced_lease", name=name, namespace=namespace, body=body)
 
 
 def start_election(api_client: client.ApiClient, *, name: str, namespace: str, identity: str,
                    on_started: Callable[[], None], on_stopped: Callable[[], None], lease_s: int = 15,
-                   renew_s: int = 10, retry_s: int = 2) -> threading.Thread:
-    """Campaign in the background; ``on_started`` runs (in its own thread) once this replica leads."""
+                   renew_s: int = 10, retry_s: int = 2,
+                   make_lock: Callable[[str, str, str], LeaseLock] = LeaseLock) -> threading.Thread:
+    """Campaign in the background; ``on_started`` runs (in its own thread) once this replica leads.
+    ``make_lock(name, namespace, identity)`` builds the lock (a shard's lock gates taking it, see shard_leases)."""
     if not (lease_s > renew_s > 1.2 * retry_s and retry_s >= 1):
         raise ValueError("need lease > renew deadline > 1.2 x retry period >= 1 second")
-    lock = LeaseLock(name, namespace, identity)  # type: ignore[no-untyped-call]
+    lock = make_lock(name, namespace, identity)
     # A renew attempt ends within one retry period, so a lost route is noticed by renew deadline + retry.
-    lock.api_instance = _TimedLeases(api_client, timeout_s=float(retry_s))  # type: ignore[assignment]
+    lock.api_instance = TimedLeases(api_client, timeout_s=float(retry_s))  # type: ignore[assignment]
     config = electionconfig.Config(  # type: ignore[no-untyped-call]
         lock=lock, lease_duration=lease_s, renew_deadline=renew_s, retry_period=retry_s,
         onstarted_leading=on_started, onstopped_leading=on_stopped)
     election = leaderelection.LeaderElection(config)  # type: ignore[no-untyped-call]
-    thread = threading.Thread(target=election.run, name="leader-election", daemon=True)
+    thread = threading.Thread(target=election.run, name=f"leader-election-{name}", daemon=True)
     thread.start()
     return thread
 
@@ -82,15 +86,21 @@ def add_leader_election_flags(p: argparse._ActionsContainer, default_id: str) ->
     p.add_argument("--leader-election-id", default=default_id, help="name of the Lease (default: %(default)s)")
 
 
+def identity() -> str:
+    """This replica's name in its Leases: ``HOSTNAME-PID`` (a restarted process is a new candidate)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 def campaign(api_client: client.ApiClient, args: argparse.Namespace, *, on_started: Callable[[], None],
-             on_stopped: Callable[[], None]) -> None:
+             on_stopped: Callable[[], None], timings: LeaseTimings | None = None) -> None:
     """Run ``on_started`` in a thread of its own once this replica leads, as the flags of
     ``add_leader_election_flags`` say: through the Lease (``on_stopped`` once it is lost), or at once with
-    ``--no-leader-elect``. The identity is ``HOSTNAME-PID``."""
+    ``--no-leader-elect``. The identity is ``identity()``; ``timings`` default to ``LeaseTimings()``."""
+    t = timings or LeaseTimings()
     if args.leader_elect:
         start_election(api_client, name=args.leader_election_id, namespace=args.leader_election_namespace,
-                       identity=f"{socket.gethostname()}-{os.getpid()}", on_started=on_started,
-                       on_stopped=on_stopped)
+                       identity=identity(), on_started=on_started, on_stopped=on_stopped, lease_s=t.lease_s,
+                       renew_s=t.renew_s, retry_s=t.retry_s)
     else:
         threading.Thread(target=on_started, name="leading", daemon=True).start()
 

@@ -33,6 +33,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from podtailor.runtime.leader import campaign, exit_lost_leadership
+from podtailor.runtime.shards import LeaseTimings
 
 JOB = "pass"
 PARKED_WEEKS = 5200
@@ -179,7 +180,7 @@ def _wall(monotonic_s: float) -> dt.datetime:
 
 
 def until_stopped(api_client: Any, args: argparse.Namespace, *, start_work: Callable[[], None],
-                  log: logging.Logger) -> None:
+                  log: logging.Logger, timings: LeaseTimings | None = None) -> None:
     """Campaign as the leader-election flags say (``leader.campaign``), run ``start_work`` in its own thread
     once leading, and return at SIGTERM or SIGINT. Losing the lease after leading leaves the process at once
     with exit code 1 (``leader.exit_lost_leadership``): the pod restarts as a candidate."""
@@ -197,10 +198,18 @@ def until_stopped(api_client: Any, args: argparse.Namespace, *, start_work: Call
 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    campaign(api_client, args, on_started=started, on_stopped=stopped)
+    campaign(api_client, args, on_started=started, on_stopped=stopped, timings=timings)
     stop.wait()
     if lost.is_set():  # the new leader holds the state now: nothing more from here
         exit_lost_leadership()
+
+
+def until_signalled() -> None:
+    """Return at SIGTERM or SIGINT (a sharded ``run``, whose Leases never end the process)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
 
 
 def leave(code: int) -> NoReturn:

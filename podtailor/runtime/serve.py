@@ -2,10 +2,10 @@
 
 Owns the one readiness abstraction (``Readiness``: ``ready() -> (ok, why)``), the run loops' implementation
 of it (``PassFreshness``: ready once a pass has completed within ``stale_after_s``, or while this replica is
-a standby that is not leading), the answers of the three endpoints (``health_answer``: 200 ``ok`` for
-liveness, 200 or 503 with the reason for readiness, the registry's text for metrics) and a small threaded
-HTTP server that gives them (``make_server``). Servers of their own (the webhook's HTTPS one) answer the
-same paths with ``health_answer``.
+a standby that is not leading; ``Detailed`` adds a sharded replica's shards to its reason), the answers of
+the three endpoints (``health_answer``: 200 ``ok`` for liveness, 200 or 503 with the reason for readiness,
+the registry's text for metrics) and a small threaded HTTP server that gives them (``make_server``).
+Servers of their own (the webhook's HTTPS one) answer the same paths with ``health_answer``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
@@ -54,6 +54,17 @@ class PassFreshness:
             if age > self.stale_after_s:
                 return False, f"last successful pass {age:.0f}s ago"
             return True, "ok"
+
+
+class Detailed:
+    """``inner``'s readiness with ``detail()`` after its reason (a sharded replica: the shards it serves)."""
+
+    def __init__(self, inner: Readiness, detail: Callable[[], str]) -> None:
+        self.inner, self.detail = inner, detail
+
+    def ready(self) -> tuple[bool, str]:
+        ok, why = self.inner.ready()
+        return ok, f"{why}; {self.detail()}"
 
 
 LIVENESS_PATHS = ("/healthz",)

@@ -176,6 +176,17 @@ def test_cert_manager_and_template_fallback_values_render_the_components(tmp_pat
                                                       "podtailor-webhook")} == {"ghcr.io/podtailor/podtailor:0.2.0"}
 
 
+def test_shards_values_render_the_shards_component(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    rel = os.path.relpath(MANIFESTS, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [rel], "components": [f"{rel}/components/shards"]}))
+    rendered = render("recommender.shards=6", "recommender.replicas=3")
+    assert_same_objects(rendered, build(overlay))
+    assert "--shards=6" in container(rendered, "podtailor-recommender")["args"]
+
+
 def test_values_change_what_they_name_and_nothing_else() -> None:
     default = render()
     changed = render("namespace.name=pt-prod", "monitoringNamespace=obs", "logFormat=text",

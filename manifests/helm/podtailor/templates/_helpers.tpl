@@ -107,10 +107,16 @@ rules:
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
     verbs: [create]
+  {{- if .anyLease }}
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, list, update, patch, delete]
+  {{- else }}
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
     resourceNames: [{{ .leaseName }}]
     verbs: [get, update]
+  {{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
