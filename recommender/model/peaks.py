@@ -132,10 +132,13 @@ class IntervalPeaks:
     @staticmethod
     def window_from_checkpoint(hist: DecayingHistogram, interval_s: float, data: dict[str, Any]) -> IntervalPeaks:
         peaks = IntervalPeaks(hist, interval_s, aligned=bool(data.get("aligned", False)))
-        peaks.window_end_s = _opt_float(data["window_end_s"])
+        # The API server drops a null that the CRD schema does not mark nullable (apiextensions-apiserver,
+        # pkg/apiserver/schema/defaulting/prunenulls.go, PruneNonNullableNullsWithoutDefaults), so a checkpoint
+        # read back from the cluster lacks the keys that were None when it was written.
+        peaks.window_end_s = _opt_float(data.get("window_end_s"))
         peaks.usage_peak = float(data["usage_peak"])
         peaks.oom_peak = float(data["oom_peak"])
-        peaks.last_sample_s = _opt_float(data["last_sample_s"])
+        peaks.last_sample_s = _opt_float(data.get("last_sample_s"))
         return peaks
 
     @staticmethod

@@ -224,3 +224,27 @@ def test_aligned_interval_peaks_are_the_same_from_a_summary_of_the_first_hour() 
     scheme = BucketScheme(first_bucket_size=1.0, ratio=1.02, max_value=1e6)
     expected = set(scheme.find_buckets(np.array(hourly)).tolist())
     assert set(np.flatnonzero(weights(times, values, True)).tolist()) == expected
+
+
+def test_interval_peaks_restore_from_a_checkpoint_whose_nulls_the_api_server_pruned() -> None:
+    """Interval peaks with no sample yet checkpoint ``window_end_s`` and ``last_sample_s`` as null; the API server
+    drops those keys from the RecommenderCheckpoint (its schema does not mark them nullable). Restoring from what
+    the cluster gives back works, and the restored peaks then fold samples exactly as peaks never checkpointed."""
+    from recommender.model.peaks import IntervalPeaks, SortedSamples
+
+    def fresh() -> IntervalPeaks:
+        return IntervalPeaks(DecayingHistogram(BucketScheme(first_bucket_size=1.0, ratio=1.02, max_value=1e6),
+                                               48 * 3600.0), 3600.0, aligned=True)
+
+    data = fresh().to_checkpoint()
+    assert data["window_end_s"] is None and data["last_sample_s"] is None
+    pruned = {k: v for k, v in data.items() if v is not None}
+    restored = IntervalPeaks.from_checkpoint(pruned)
+    assert restored.window_end_s is None and restored.last_sample_s is None
+    t0 = 1_790_000_000 // 3600 * 3600.0
+    samples = SortedSamples(timestamps_s=t0 + 300.0 * np.arange(1, 30), values=np.arange(1.0, 30.0) * 7)
+    never = fresh()
+    never.add(samples)
+    restored.add(samples)
+    np.testing.assert_array_equal(restored.hist.hist.weights, never.hist.hist.weights)
+    assert restored.window_end_s == never.window_end_s
