@@ -204,7 +204,7 @@ class ArgminEnsemble:
         self.realised = np.array(data["realised"], dtype=np.float64)
         self.realised_w = float(data["realised_w"])
         self.chosen = int(data["chosen"])
-        self.last_s = None if data["last_s"] is None else float(data["last_s"])
+        self.last_s = None if data.get("last_s") is None else float(data["last_s"])
         if self.overrun.shape != self.underrun.shape or self.overrun.shape[0] != len(self.params.half_lives_s) \
                 or self.recs.size != len(self.params.half_lives_s) * len(self.params.margins):
             raise ValueError("checkpoint does not match the ensemble's model family")

@@ -273,7 +273,7 @@ class DecayingHistogram:
     def from_checkpoint(data: dict[str, Any]) -> DecayingHistogram:
         _check_version(data, "decaying")
         hist = DecayingHistogram(BucketScheme.from_dict(data["scheme"]), float(data["half_life_s"]))
-        ref = data["reference_s"]
+        ref = data.get("reference_s")  # a null is pruned by the API server (see peaks.window_from_checkpoint)
         hist.reference_s = None if ref is None else float(ref)
         hist.hist.weights = _dense(hist.scheme, data["weights"])
         return hist

@@ -130,9 +130,9 @@ class KrrState:
         self.cpu = WindowedHistogram.from_checkpoint(data["cpu"])
         self.memory = SlotMax.from_checkpoint(data["memory"])
         self.oom_limits = [(float(t), float(v)) for t, v in data["oom_limits"]]
-        self._first_s = None if data["first_s"] is None else float(data["first_s"])
-        self._last_cpu_s = None if data["last_cpu_s"] is None else float(data["last_cpu_s"])
-        self._last_memory_s = None if data["last_memory_s"] is None else float(data["last_memory_s"])
+        self._first_s = None if data.get("first_s") is None else float(data["first_s"])
+        self._last_cpu_s = None if data.get("last_cpu_s") is None else float(data["last_cpu_s"])
+        self._last_memory_s = None if data.get("last_memory_s") is None else float(data["last_memory_s"])
 
 
 class KrrSimpleStrategy(StrategyBase[KrrParams, KrrState]):
