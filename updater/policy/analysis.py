@@ -250,6 +250,23 @@ def parse_analyses(raw: object, where: str, *, namespaced: bool) -> tuple[Analys
     return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadAnalyses:
+    """A workload's own analyses (its annotation), or why the annotation cannot be used: a workload whose
+    annotation does not parse is not resized (its batch fails before anything is sent), never resized without
+    the gate its owners asked for."""
+
+    analyses: tuple[Analysis, ...] = ()
+    error: str = ""
+
+
+def from_annotation(text: str, where: str) -> WorkloadAnalyses:
+    try:
+        return WorkloadAnalyses(analyses=parse_annotation(text, where))
+    except AnalysisError as err:
+        return WorkloadAnalyses(error=str(err))
+
+
 def parse_annotation(text: str, where: str) -> tuple[Analysis, ...]:
     """A workload's ``podtailor.io/analyses`` annotation (a JSON list): namespaced analyses."""
     try:
