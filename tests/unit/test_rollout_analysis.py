@@ -132,12 +132,18 @@ def test_a_bake_shorter_than_the_interval_still_measures_once_at_its_end() -> No
     assert "failed" in runner.gate(r, policy(slow), {}, NOW + 60)[0]  # the bake's end: measured
 
 
-def test_flat_series_passes_and_the_batch_completes() -> None:
-    prom = FakePrometheus(0.100, 0.101, 0.099)
+def test_flat_series_passes_and_the_next_batch_gets_its_baseline_before_it_is_sent() -> None:
+    prom = FakePrometheus(0.100, 0.101, 0.099, 0.098, 0.100)  # the last two: batch 2's baseline, then its bake
     runner = AnalysisRunner(prom)
     runner.gate(pending(), policy(LATENCY), {}, NOW)
     r = baking(pending(), NOW)
     assert runner.gate(r, policy(LATENCY), {}, NOW + 30) == ("", [])
+    # The bake is over: advance sends batch 2 in this same step, so its baseline is taken now.
     assert runner.gate(r, policy(LATENCY), {}, NOW + 60) == ("", [])
-    nxt, _ = machine.advance(r, {"ns/a": obs("a", NEW), "ns/b": obs("b", OLD)}, NOW + 60)
+    assert prom.queries[-1] == 'max(latency{namespace="ns", pod=~"b"})'
+    nxt, effects = machine.advance(r, {"ns/a": obs("a", NEW), "ns/b": obs("b", OLD)}, NOW + 60)
     assert nxt.batches[0].phase == BatchPhase.DONE and nxt.current_batch == 1
+    assert [e.key for e in effects if isinstance(e, machine.Resize)] == ["ns/b"]
+    b2 = replace(nxt.batches[1], phase=BatchPhase.BAKING, bake_until_s=NOW + 160)
+    second = replace(nxt, phase=Phase.BAKING, batches=(nxt.batches[0], b2))
+    assert runner.gate(second, policy(LATENCY), {}, NOW + 130) == ("", [])  # 0.100 <= 1.5 x 0.098

@@ -6,8 +6,10 @@ and counted. It returns the first failure (for ``advance(gate_failure=...)``) an
 Warning ``AnalysisFailed`` on the workload with the query, the value and the threshold; a Warning
 ``AnalysisSkipped`` when an error or an empty answer is skipped by the analysis' onError policy (never a
 silent pass). Queries go through ``podtailor.promquery`` (``InstantQueries``) behind the ``Prometheus`` port.
-The tallies are kept in memory by rollout and batch: an updater restarted during a bake starts counting again,
-and a ratio check of a batch whose baseline it did not take follows its onError policy.
+A batch's baselines are taken while it waits to be sent, and when the bake before it ends (the state machine
+then sends it in the same step). The tallies are kept in memory by rollout and batch: an updater restarted
+during a bake starts counting again, and a ratio check of a batch whose baseline it did not take follows its
+onError policy.
 """
 
 from __future__ import annotations
@@ -53,12 +55,27 @@ class AnalysisRunner:
         batch = r.batches[r.current_batch]
         if batch.phase not in (BatchPhase.PENDING, BatchPhase.BAKING):
             return "", []
-        checks, problems = checks_for(r, batch.index, policy.analyses if policy else (), own)
+        analyses = policy.analyses if policy else ()
+        checks, problems = checks_for(r, batch.index, analyses, own)
         if problems:
             return f"analyses cannot be used: {'; '.join(problems)}", []
         if batch.phase == BatchPhase.PENDING:
             self._baselines(r, batch.index, checks)
             return "", []
+        failure, events = self._bake(r, batch.index, checks, now_s)
+        nxt = batch.index + 1
+        if failure or batch.bake_until_s is None or now_s < batch.bake_until_s or nxt >= len(r.batches):
+            return failure, events
+        # The bake is over: the state machine sends the next batch in this same step, so its baselines now.
+        checks, problems = checks_for(r, nxt, analyses, own)
+        if problems:
+            return f"batch {nxt + 1}: analyses cannot be used: {'; '.join(problems)}", events
+        self._baselines(r, nxt, checks)
+        return "", events
+
+    def _bake(self, r: Rollout, index: int, checks: list[Check], now_s: float) -> tuple[str, list[Event]]:
+        """The due measurements of a baking batch: the first failure ("" for none), and the Events."""
+        batch = r.batches[index]
         events: list[Event] = []
         for check in checks:
             key = (r.name, batch.index, check.key)
