@@ -10,17 +10,21 @@ Executor runs in-process with the analyses' runner on the Prometheus (what ``run
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from podtailor.promquery import InstantQueries
 from podtailor.units import parse_cpu_millicores
-from tests.builders.cluster import Scenario
+from tests.builders.cluster import POOL_KEY, Scenario
 from tests.harness.prometheus import LocalPrometheus
 from tests.waiting import eventually
 from updater.rollout.act.analysis import AnalysisRunner
@@ -105,3 +109,36 @@ def test_a_resize_that_raises_latency_is_rolled_back_and_a_flat_one_goes_on(
     events = scenario.core.list_namespaced_event(scenario.ns, field_selector="reason=AnalysisFailed").items
     assert [(e.involved_object.kind, e.involved_object.name, e.type) for e in events] == [
         ("Deployment", "slow", "Warning")]
+
+
+def test_schema_and_startup_refuse_an_unparsable_query_and_plan_lists_the_analyses(
+        scenario: Scenario, cluster: Any) -> None:
+    analysis = {"name": "p99", "query": QUERY, "condition": {"operator": "<=", "threshold": 0.5}}
+    with pytest.raises(client.ApiException) as refused:  # the schema: a cut-off query
+        scenario.policy(analyses=[{**analysis, "query": "max(app_latency_seconds{namespace={{namespace}}}"}])
+    assert refused.value.status == 422 and "as many ( as )" in str(refused.value.body)
+    scenario.policies.clear()
+    scenario.pool("a")
+    scenario.deployment("web", "a", replicas=1)
+    scenario.vpa("web", {"cpu": "250m", "memory": "256Mi"})
+    scenario.policy(analyses=[analysis])
+    updater = [sys.executable, "-m", "updater"]
+    kube = ["--kubeconfig", cluster.kubeconfig, "-n", scenario.ns, "--pool-label", POOL_KEY]
+    out = subprocess.run([*updater, "plan", *kube, "-o", "json"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    [batch] = json.loads(out.stdout)["plans"][0]["batches"]
+    [listed] = batch["analyses"]
+    assert listed["name"] == "p99" and listed["workload"] == "Deployment/web"
+    assert listed["query"].startswith(f'max(app_latency_seconds{{namespace="{scenario.ns}", pod=~"web-')
+    run = [*updater, "run", *kube, "--listen", "127.0.0.1:0", "--no-leader-elect"]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=120, check=False)  # no --prometheus-url
+    assert out.returncode == 2 and "no --prometheus-url was given" in out.stderr, out.stderr
+    # Balanced, so the schema takes it; the updater's parser does not.
+    name = scenario.policies[0]
+    scenario.custom.patch_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name, {
+        "spec": {"analyses": [{**analysis, "query": "sum by (le) app_latency_seconds"}]}})
+    out = subprocess.run([*run, "--prometheus-url", "http://127.0.0.1:9"], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "ResizePolicy analyses cannot be used" in out.stderr and "not a PromQL query" in out.stderr
