@@ -4,8 +4,9 @@ latency is rolled back and its pool halted; a workload whose latency stays flat 
 Each workload's "application" is a small exporter here, scraped by a real Prometheus: it reports
 ``app_latency_seconds`` per pod from the CPU the kubelet (the node simulator) reports for the pod, like a
 service whose latency follows its CPU. ``slow`` gets slower when its CPU is cut (latency 0.1 s x 500m / CPU);
-``flat`` does not. The ResizePolicy, with its analysis, goes through the real CRD schema; the updater's
-Executor runs in-process with the analyses' runner on the Prometheus (what ``run --prometheus-url`` builds).
+``flat`` does not, and carries an analysis of its own in its annotation (confined to its namespace). The
+ResizePolicy, with its analysis, goes through the real CRD schema; the updater's Executor runs in-process with
+the analyses' runner on the Prometheus (what ``run --prometheus-url`` builds).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client import CollectorRegistry
 
 from podtailor.promquery import InstantQueries
 from podtailor.units import parse_cpu_millicores
 from tests.builders.cluster import POOL_KEY, Scenario
 from tests.harness.prometheus import LocalPrometheus
 from tests.waiting import eventually
+from updater.metrics import UpdaterMetrics
 from updater.rollout.act.analysis import AnalysisRunner
 from updater.rollout.machine.journal import Phase
 
@@ -85,7 +88,9 @@ def test_a_resize_that_raises_latency_is_rolled_back_and_a_flat_one_goes_on(
     scenario.pool("a")
     scenario.pool("b")
     scenario.deployment("slow", "a", replicas=2)
-    scenario.deployment("flat", "b", replicas=2)
+    own = [{"name": "own-latency", "query": 'max(app_latency_seconds{app="flat"})', "interval": "2s",
+            "condition": {"operator": "<=", "threshold": 0.15}}]  # confined: namespace="<ns>" is added
+    scenario.deployment("flat", "b", replicas=2, annotations={"podtailor.io/analyses": json.dumps(own)})
     for name in ("slow", "flat"):
         scenario.vpa(name, {"cpu": "250m", "memory": "256Mi"})  # 500m -> 250m: slow's latency doubles
     scenario.policy(steps=[{"fraction": 0, "bake": "8s"}, {"fraction": 1, "bake": "2s"}], analyses=[{
@@ -94,7 +99,8 @@ def test_a_resize_that_raises_latency_is_rolled_back_and_a_flat_one_goes_on(
     eventually("both applications' series scraped", lambda: len(prom.query(
         f'app_latency_seconds{{namespace="{scenario.ns}"}}')) == 4, timeout_s=60)
     executor = scenario.executor()
-    executor.analyses = AnalysisRunner(prom)
+    registry = CollectorRegistry()
+    executor.analyses = AnalysisRunner(prom, UpdaterMetrics(registry))
     scenario.run_until(executor, scenario.settled, timeout_s=120)
 
     by_pool = {r.pool: r for r in scenario.rollouts()}
@@ -109,6 +115,11 @@ def test_a_resize_that_raises_latency_is_rolled_back_and_a_flat_one_goes_on(
     events = scenario.core.list_namespaced_event(scenario.ns, field_selector="reason=AnalysisFailed").items
     assert [(e.involved_object.kind, e.involved_object.name, e.type) for e in events] == [
         ("Deployment", "slow", "Warning")]
+    measured = {(source, outcome): registry.get_sample_value("podtailor_updater_analysis_measurements_total",
+                                                             {"source": source, "outcome": outcome}) or 0
+                for source in ("policy", "workload") for outcome in ("pass", "fail", "skip")}
+    assert measured[("workload", "pass")] >= 2 and measured[("workload", "fail")] == 0  # flat's own, each batch
+    assert measured[("policy", "fail")] == 1 and measured[("policy", "skip")] == 0
 
 
 def test_schema_and_startup_refuse_an_unparsable_query_and_plan_lists_the_analyses(
