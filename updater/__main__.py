@@ -277,9 +277,13 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
     metrics = UpdaterMetrics(registry)
     wiring = build_executor(args, metrics)
     executor = wiring.executor
+    from podtailor.kube.errors import KubeError
     from updater.analyses_cli import check_at_startup
 
-    check_at_startup(executor.read(), executor.analyses is not None)  # before serving or leading: exit 2
+    try:  # before serving or leading: exit 2
+        check_at_startup(executor.read(), executor.analyses is not None)
+    except KubeError as err:  # the passes retry; a batch with analyses and no Prometheus fails unsent meanwhile
+        log.warning("analyses not checked at startup: the cluster could not be read", extra={"error": str(err)})
     health = PassFreshness(stale_after_s=3 * args.interval + 60)
     server = make_server(args.listen, registry, health)
 
