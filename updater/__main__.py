@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NoReturn
 
@@ -26,10 +26,12 @@ from updater.metrics import UpdaterMetrics
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+    from rich.console import Console
 
     from updater.kube.snapshot import ClusterReader
     from updater.kube.writes import RolloutStore
-    from updater.policy.types import PodDecision
+    from updater.policy.analysis import WorkloadAnalyses
+    from updater.policy.types import Plan, PodDecision, RolloutPolicy
     from updater.rollout.act.executor import Executor, PassResult
     from updater.rollout.act.ports import WatchedStore
 
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     from podtailor.runtime.cli import add_kube_flags, add_logging_flags, command_parser, duration_s
     from podtailor.runtime.leader import add_leader_election_flags
     from podtailor.runtime.serve import add_listen_flag
+    from updater.analyses_cli import add_prometheus_flags
 
     parser, sub = command_parser("podtailor-updater", DESCRIPTION, __version__)
     plan = sub.add_parser("plan", help="show what would be done, change nothing",
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--verify-cgroups", action="store_true",
                    help="also verify each resize in the containers' cgroups (the kubelet's cAdvisor series through "
                         "the node proxy; needs get on nodes/proxy, which the default RBAC does not grant)")
+    add_prometheus_flags(run.add_argument_group("Canary analyses"))
     add_listen_flag(g, "0.0.0.0:8943")
     add_leader_election_flags(g, "podtailor-updater")
     return parser
@@ -102,6 +106,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     """The executor over the real ports for the flags; every read lists (``run`` adds the watch-fed caches:
     ``watch``)."""
     from podtailor.runtime.cli import kube_client
+    from updater.analyses_cli import runner_for
     from updater.kube.cadvisor import check_nodes
     from updater.kube.snapshot import FRESH_AT_BAKE_END, ClusterReader
     from updater.kube.writes import (
@@ -116,6 +121,7 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
     from updater.rollout.act.executor import Executor
     from updater.rollout.act.grouping import group_by_policy
 
+    analyses = runner_for(args, metrics)  # a bad URL is refused before anything is contacted
     api = kube_client(args)
     reader = ClusterReader(api)
     namespaces = tuple(args.namespace)
@@ -125,7 +131,8 @@ def build_executor(args: argparse.Namespace, metrics: UpdaterMetrics | None = No
                         policy=group_by_policy, evictor=Evictor(api), templates=TemplatePatcher(api),
                         metrics=metrics, gates=ServingGateWriter(api), read_fresh=lambda: reader.read(
                             policy_pool_label=args.pool_label, namespaces=namespaces, fresh=FRESH_AT_BAKE_END),
-                        cgroups=check_nodes(api) if getattr(args, "verify_cgroups", False) else None)
+                        cgroups=check_nodes(api) if getattr(args, "verify_cgroups", False) else None,
+                        analyses=analyses)
     return Wiring(executor=executor, api=api, reader=reader, store=store)
 
 
@@ -147,15 +154,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from podtailor.runtime.cli import console as plain_console
+    from updater.analyses_cli import batch_analyses
     from updater.policy.planner import summary
 
     executor = build_executor(args).executor
-    _, plans = executor.plan(time.time())
+    snap, plans = executor.plan(time.time())
     if args.output == "json":
         out = {"schemaVersion": "podtailor.io/plan/v1", "plans": [{
             "policy": policy.name, "summary": summary(p), "frozenPools": dict(p.frozen_pools),
-            "batches": [{"pool": b.pool, "step": b.step, "bakeSeconds": b.bake_s, "pods": list(b.pods)}
-                        for b in p.batches],
+            "batches": [{"pool": b.pool, "step": b.step, "bakeSeconds": b.bake_s, "pods": list(b.pods),
+                         "analyses": batch_analyses(policy, p, b, snap.analyses)} for b in p.batches],
             "decisions": [{"pod": d.key, "pool": d.pool, "workload": f"{d.workload_kind}/{d.workload_name}",
                            "action": d.action.value, "reason": d.reason.value, "message": d.message,
                            "changes": _changes(d, exact=True)} for d in p.decisions]} for policy, p in plans]}
@@ -174,7 +182,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
             table.add_row(d.pool or "-", str(batch[1] + 1) if batch else "-", d.key, d.action.value,
                           d.message or d.reason.value, _changes(d, exact=False))
         console.print(table)
+        _print_analyses(console, policy, p, snap.analyses)
     return 0
+
+
+def _print_analyses(console: Console, policy: RolloutPolicy, p: Plan,
+                    own: Mapping[tuple[str, str, str], WorkloadAnalyses]) -> None:
+    """The canary analyses each batch would run during its bake (nothing when no batch has any)."""
+    from rich.table import Table
+
+    from updater.analyses_cli import batch_analyses
+
+    rows = [(b, i, a) for i, b in enumerate(p.batches) for a in batch_analyses(policy, p, b, own)]
+    if not rows:
+        return
+    table = Table(title=f"policy {policy.name}: canary analyses per batch (during each bake)")
+    for col in ("pool", "batch", "analysis", "workload", "condition", "query"):
+        table.add_column(col)
+    for b, i, a in rows:
+        table.add_row(b.pool, str(i + 1), a.get("name", "-"), a.get("workload", "-"), a.get("condition", "-"),
+                      a.get("query", a.get("error", "")))
+    console.print(table)
 
 
 MIN_PASS_GAP_S = 0.5
@@ -249,6 +277,13 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
     metrics = UpdaterMetrics(registry)
     wiring = build_executor(args, metrics)
     executor = wiring.executor
+    from podtailor.kube.errors import KubeError
+    from updater.analyses_cli import check_at_startup
+
+    try:  # before serving or leading: exit 2
+        check_at_startup(executor.read(), executor.analyses is not None)
+    except KubeError as err:  # the passes retry; a batch with analyses and no Prometheus fails unsent meanwhile
+        log.warning("analyses not checked at startup: the cluster could not be read", extra={"error": str(err)})
     health = PassFreshness(stale_after_s=3 * args.interval + 60)
     server = make_server(args.listen, registry, health)
 

@@ -6,7 +6,8 @@ quota (a resize refused by ResourceQuota admission: skipped, never handed to the
 (permanent: RBAC, validation, no evictor or patcher configured). Pods held back by a quota in the plan are a
 gauge by ``action`` resize|fallback. A fallback's ``mode`` is
 evict|template. Open rollouts are counted by node ``pool`` (bounded by the cluster's pools) and ``state``
-(the rollout's phase).
+(the rollout's phase). Canary analyses are counted by ``source`` policy|workload (where the analysis is
+declared, not its name, which a namespace's owners choose) and ``outcome`` pass|fail|skip.
 """
 
 from __future__ import annotations
@@ -32,5 +33,12 @@ class UpdaterMetrics:
         self.quota_held = Gauge("podtailor_updater_quota_held_pods", "Pods whose in-place resize or fallback "
                                 "a ResourceQuota holds back in the last pass's plans (reason quota), by action",
                                 ["action"], registry=registry)
+        self.analysis_measurements = Counter(
+            "podtailor_updater_analysis_measurements", "Canary analysis measurements during bakes, by where the "
+            "analysis is declared (source policy|workload) and outcome pass|fail|skip", ["source", "outcome"],
+            registry=registry)
+        self.analysis_failed = Counter("podtailor_updater_analysis_failed", "Batches failed by a canary analysis "
+                                       "(rolled back, pool halted), by source policy|workload", ["source"],
+                                       registry=registry)
         self.last_success = Gauge("podtailor_updater_last_success_timestamp_seconds",
                                   "Unix time of the last pass that completed", registry=registry)

@@ -1,11 +1,9 @@
-"""PromQL text: label-value escaping, selectors and every query the Prometheus source sends.
+"""PromQL text: selectors and every query the Prometheus source sends.
 
-Owns the only path by which a value reaches PromQL. ``quote`` turns any string into a double-quoted
-PromQL string literal that the Prometheus lexer reads back as exactly that string (backslash, double
-quote and non-printable characters are escaped; a raw newline or U+FFFD would otherwise end or break the
-literal). ``regex_literal`` first escapes the RE2 metacharacters, so the regex matches exactly the value
-(Prometheus anchors regex matchers at both ends), then string-escapes the result: two layers. Label
-*names* are never escaped but validated. Pure: no I/O, no clock.
+Owns building the recommender's queries. Every label value reaches PromQL through the base's escaping
+(``podtailor.promql``: ``quote``, ``regex_literal``; re-exported here for the source's modules), the same
+functions the updater's analysis templates use, so there is one escaping, not two. Label *names* are never
+escaped but validated. Pure: no I/O, no clock.
 
 Every query is grouped ``by (namespace, pod, container)`` over one namespace batch, so the number of
 requests per pass depends on the batch count, never on the number of workloads.
@@ -13,53 +11,17 @@ requests per pass depends on the batch count, never on the number of workloads.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from podtailor.promql import label_name as label_name
+from podtailor.promql import quote as quote
+from podtailor.promql import regex_escape as regex_escape
+from podtailor.promql import regex_literal as regex_literal
 from recommender.sources.remote_read import EQ, NEQ, RE, Matcher
 
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_RE2_META = frozenset("\\.+*?()|[]{}^$")
-_SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 BY = "namespace, pod, container"
 """The grouping of every usage query: one series per container of each pod."""
-
-
-def _escape_char(ch: str) -> str:
-    simple = _SIMPLE_ESCAPES.get(ch)
-    if simple is not None:
-        return simple
-    code = ord(ch)
-    if 0xD800 <= code <= 0xDFFF:
-        raise ValueError("label value contains a lone surrogate, which is not valid UTF-8")
-    if ch.isprintable() and code != 0xFFFD:  # the lexer reads a literal U+FFFD as invalid UTF-8
-        return ch
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def quote(value: str) -> str:
-    """``value`` as a PromQL double-quoted string literal (Go ``strconv.Unquote`` escapes)."""
-    return '"' + "".join(_escape_char(ch) for ch in value) + '"'
-
-
-def regex_escape(value: str) -> str:
-    """``value`` as an RE2 pattern matching exactly ``value``: each metacharacter gets a backslash."""
-    return "".join("\\" + ch if ch in _RE2_META else ch for ch in value)
-
-
-def regex_literal(values: Sequence[str]) -> str:
-    """A quoted regex matching exactly one of ``values`` (first the regex layer, then the string layer)."""
-    if not values:
-        raise ValueError("a regex matcher needs at least one value")
-    return quote("|".join(regex_escape(v) for v in values))
-
-
-def label_name(name: str) -> str:
-    """``name`` if it is a valid Prometheus label name, else ValueError (names are never escaped)."""
-    if _LABEL_NAME.fullmatch(name) is None:
-        raise ValueError(f"invalid label name {name[:64]!r}")
-    return name
 
 
 def match_any(label: str, values: Sequence[str]) -> str:

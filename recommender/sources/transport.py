@@ -30,13 +30,13 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from urllib3.util.retry import Retry
 
+from podtailor.promquery import TEMPORARY_STATUS, error_text
 from recommender.sources import remote_read
 from recommender.sources.config import PrometheusConfig
 from recommender.sources.errors import PermanentSourceError, QueryTooLargeError, SourceError, TemporarySourceError
 from recommender.sources.matrix import decode_series
 
 log = logging.getLogger(__name__)
-_TEMPORARY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 Form = Sequence[tuple[str, str]]
 _RESULT_ARRAY = re.compile(r'"result"\s*:\s*\[')
 _SUCCESS = re.compile(r'"status"\s*:\s*"success"')
@@ -89,16 +89,6 @@ def _retry_after_s(response: requests.Response | None) -> float:
         return max(0.0, float(value))
     except ValueError:
         return 0.0
-
-
-def _error_text(response: requests.Response) -> str:
-    try:
-        body = response.json()
-        if isinstance(body, dict) and "error" in body:
-            return f"{body.get('errorType', '')}: {body['error']}"[:500]
-    except ValueError:
-        pass
-    return response.text[:200]
 
 
 class Transport:
@@ -158,8 +148,8 @@ class Transport:
         try:
             response.raise_for_status()
         except requests.HTTPError as err:
-            status, text = response.status_code, _error_text(response)
-            temporary = status in _TEMPORARY_STATUS or (status == 422 and _STORE_FAILURE.search(text) is not None)
+            status, text = response.status_code, error_text(response)
+            temporary = status in TEMPORARY_STATUS or (status == 422 and _STORE_FAILURE.search(text) is not None)
             kind = TemporarySourceError if temporary else PermanentSourceError
             if _TOO_LARGE.get(status, _NEVER).search(text) is not None:
                 kind = QueryTooLargeError

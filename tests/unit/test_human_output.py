@@ -77,14 +77,19 @@ def test_once_json_keeps_the_exact_quantities(capsys: pytest.CaptureFixture[str]
 
 class _Policy:
     name = "default"
+    analyses = ()
+
+
+class _Snapshot:
+    analyses: dict[tuple[str, str, str], object] = {}  # noqa: RUF012 (read only)
 
 
 class _Executor:
     def __init__(self, plan: Plan) -> None:
         self._plan = plan
 
-    def plan(self, now_s: float) -> tuple[None, list[tuple[_Policy, Plan]]]:
-        return None, [(_Policy(), self._plan)]
+    def plan(self, now_s: float) -> tuple[_Snapshot, list[tuple[_Policy, Plan]]]:
+        return _Snapshot(), [(_Policy(), self._plan)]
 
 
 def _plan_output(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], output: str) -> str:

@@ -38,6 +38,7 @@ class Snap:
     limit_ranges: tuple[Any, ...] = ()
     nodes: tuple[Any, ...] = ()
     approvals: tuple[Any, ...] = ()
+    analyses: dict[Any, Any] = field(default_factory=dict)
     pod_level_resize_supported: bool = True
     policy_errors: tuple[str, ...] = ()
     quotas: tuple[Any, ...] = ()

@@ -281,6 +281,7 @@ class _Snap:
     limit_ranges: tuple[()] = ()
     nodes: dict[str, object] = field(default_factory=dict)
     approvals: frozenset[str] = frozenset()
+    analyses: dict[object, object] = field(default_factory=dict)
     pod_level_resize_supported: bool = True
     policy_errors: tuple[str, ...] = ()
     quotas: tuple[()] = ()

@@ -11,6 +11,7 @@ import pytest
 from updater.answers import ServerFeatures, features_for
 from updater.kube.policy_crd import PolicyError
 from updater.observe import PodObservation
+from updater.policy.analysis import WorkloadAnalyses
 from updater.policy.types import Plan, PodView, QuotaView, RolloutPolicy
 from updater.rollout.act.executor import Executor
 from updater.rollout.act.grouping import group_by_policy
@@ -26,6 +27,7 @@ class Snap:
     limit_ranges: tuple[()] = ()
     nodes: tuple[()] = ()
     approvals: frozenset[tuple[str, str, str]] = frozenset()
+    analyses: dict[tuple[str, str, str], WorkloadAnalyses] = field(default_factory=dict)
     pod_level_resize_supported: bool = True
     policies: tuple[RolloutPolicy, ...] = (RolloutPolicy(name="default"),)
     policy_errors: tuple[str, ...] = ()

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from updater.policy.analysis import Analysis, AnalysisError, parse_analyses
 from updater.policy.types import CanaryStep, FallbackMode, MaintenanceWindow, RolloutPolicy
 
 GROUP, VERSION, PLURAL = "podtailor.io", "v1alpha1", "resizepolicies"
@@ -29,6 +30,7 @@ _KNOWN_SPEC = frozenset({
     "namespaces", "excludedNamespaces", "nodePoolLabel", "steps", "maxConcurrent", "maxConcurrentPerPool",
     "disruptionBudget", "maintenanceWindows", "requireApprovalForRestart", "changeThreshold", "minPodAge",
     "deferredTimeout", "inProgressTimeout", "fallback", "allowSingleReplicaEviction", "unhealthyPoolFraction",
+    "analyses",
     # Not in the v1alpha1 schema (the server prunes them); accepted so that RolloutPolicy can be fully set.
     "workloadSelector", "keepLimitRatio",
 })
@@ -157,6 +159,14 @@ def _fallback(value: object, where: str) -> FallbackMode:
         raise PolicyError(f"{where}.fallback: {value!r} is not one of evict, template, none") from None
 
 
+def _analyses(spec: Mapping[str, Any], where: str) -> tuple[Analysis, ...]:
+    """``spec.analyses``, set by whoever manages the policy: not confined to a namespace (``policy.analysis``)."""
+    try:
+        return parse_analyses(spec.get("analyses", []), f"{where}.analyses", namespaced=False)
+    except AnalysisError as err:
+        raise PolicyError(str(err)) from None
+
+
 def parse_policy(obj: Mapping[str, Any]) -> RolloutPolicy:
     """One ResizePolicy API object as a RolloutPolicy; absent fields take the CRD's (and RolloutPolicy's)
     defaults. Raises PolicyError on anything the schema would not allow, or that makes no sense."""
@@ -194,6 +204,7 @@ def parse_policy(obj: Mapping[str, Any]) -> RolloutPolicy:
         allow_single_replica_eviction=_flag(spec, "allowSingleReplicaEviction", False, where),
         keep_limit_ratio=_flag(spec, "keepLimitRatio", True, where),
         unhealthy_pool_fraction=_number(spec, "unhealthyPoolFraction", 0.0, 0.0, 1.0, where),
+        analyses=_analyses(spec, where),
         **_durations(spec, where),
     )
 

@@ -49,6 +49,7 @@ from updater.kube.quotas import convert_quota
 from updater.kube.refusals import SnapshotError
 from updater.kube.workloads import WorkloadIndex, WorkloadKey
 from updater.observe import PodObservation
+from updater.policy.analysis import WorkloadAnalyses
 from updater.policy.types import HpaView, NodeView, PodView, QuotaView, RolloutPolicy, WorkloadTarget
 
 log = logging.getLogger("podtailor.updater.kube")
@@ -92,6 +93,8 @@ class Snapshot:
     """ResizePolicies that did not parse: while any exists, ``policy_for`` refuses to choose."""
     approvals: frozenset[WorkloadKey] = frozenset()
     """(namespace, kind, name) of workloads annotated podtailor.io/approve-restart: "true"."""
+    analyses: Mapping[WorkloadKey, WorkloadAnalyses] = field(default_factory=dict)
+    """Workloads' own canary analyses (annotation podtailor.io/analyses), parsed or with their error."""
     server_version: ServerVersion
     pod_level_resize_supported: bool
     resize_subresource_supported: bool
@@ -281,6 +284,7 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
         limit_ranges=merge_by_namespace(_convert_all("LimitRange", raw.get("LimitRange", ()), limit_range,
                                                      skipped)),
         nodes=tuple(nodes), policies=policies, policy_errors=policy_errors, approvals=frozenset(index.approvals),
+        analyses=dict(index.analyses),
         server_version=version, resize_subresource_supported=features.resize_subresource,
         pod_level_resize_supported=features.pod_level_resize, skipped=skipped, quotas=quotas, features=features,
     )

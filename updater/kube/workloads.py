@@ -9,7 +9,8 @@ ReplicaSet missing from the index (created after the list) is mapped through the
 ``pod-template-hash`` label when its name is "<deployment>-<hash>". Replicas: ``spec.replicas``
 (Deployment, StatefulSet, ReplicaSet), ``status.currentNumberScheduled`` (DaemonSet), ``spec.parallelism``
 (Job, and a CronJob's job template). Approvals: ``podtailor.io/approve-restart: "true"`` on a top-level
-workload (the Deployment controller copies annotations onto ReplicaSets; those copies are ignored).
+workload (the Deployment controller copies annotations onto ReplicaSets; those copies are ignored); the
+workload's own canary analyses, ``podtailor.io/analyses``, are read from the same place.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from updater.kube.fields import Obj
+from updater.policy.analysis import ANNOTATION as ANALYSES
+from updater.policy.analysis import WorkloadAnalyses, from_annotation
 
 APPROVE_RESTART = "podtailor.io/approve-restart"
 WorkloadKey = tuple[str, str, str]
@@ -54,6 +57,8 @@ class WorkloadIndex:
     """(ns, ReplicaSet|Job, name) -> its controller (kind, name)."""
     replicas: dict[WorkloadKey, int] = field(default_factory=dict)
     approvals: set[WorkloadKey] = field(default_factory=set)
+    analyses: dict[WorkloadKey, WorkloadAnalyses] = field(default_factory=dict)
+    """Top-level workloads annotated podtailor.io/analyses (``policy.analysis``), parsed or with their error."""
 
     def add(self, kind: str, objs: Iterable[Obj]) -> None:
         for obj in objs:
@@ -63,9 +68,12 @@ class WorkloadIndex:
             parent = controller_of(meta) if kind in ("ReplicaSet", "Job") else None
             if parent is not None:
                 self.parents[key] = parent
-            elif (meta.get("annotations") or {}).get(APPROVE_RESTART) == "true":
-                # Top-level only: a Deployment's annotations are copied onto its ReplicaSets.
+                continue
+            annotations = meta.get("annotations") or {}  # top-level only: a Deployment's are copied onto its RSs
+            if annotations.get(APPROVE_RESTART) == "true":
                 self.approvals.add(key)
+            if isinstance(annotations.get(ANALYSES), str):
+                self.analyses[key] = from_annotation(annotations[ANALYSES], f"{kind} {key[0]}/{key[2]}: {ANALYSES}")
 
     def top_owner(self, namespace: str, pod: str, owner_refs: list[Obj], labels: Mapping[str, str]) -> tuple[str,
                                                                                                           str]:

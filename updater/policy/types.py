@@ -24,6 +24,7 @@ from podtailor.resize.types import (
 from podtailor.resources import Resources
 from podtailor.vpa import UpdateMode
 from updater.answers import PendingReason
+from updater.policy.analysis import Analysis
 
 
 class FallbackMode(enum.StrEnum):
@@ -195,6 +196,8 @@ class RolloutPolicy:
     keep_limit_ratio: bool = True
     unhealthy_pool_fraction: float = 0.0
     """A pool with more than this fraction of nodes NotReady or under MemoryPressure is frozen (0: any)."""
+    analyses: tuple[Analysis, ...] = ()
+    """Canary analyses on the application's own metrics, run during every batch's bake (``policy.analysis``)."""
 
 
 # ----------------------------------------------------------------------------------------------- outputs

@@ -28,6 +28,7 @@ from updater.kube.writes import rollout_name
 from updater.metrics import UpdaterMetrics
 from updater.observe import PodObservation
 from updater.policy.types import Plan, PodView, RolloutPolicy
+from updater.rollout.act.analysis import AnalysisRunner
 from updater.rollout.act.perform import Performer
 from updater.rollout.act.ports import (
     CgroupCheck,
@@ -48,6 +49,7 @@ from updater.rollout.act.ports import (
 from updater.rollout.act.recording import Recording
 from updater.rollout.act.threads import Threads
 from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.analysis import checks_for
 from updater.rollout.machine.entries import actionable, awaiting_pods, bake_until, journal_for, pools_to_start
 from updater.rollout.machine.fallback import (
     budget_blocks,
@@ -57,7 +59,7 @@ from updater.rollout.machine.fallback import (
     reverted_templates,
     without_reverted,
 )
-from updater.rollout.machine.journal import ContainerValues, EntryAction, Phase, Rollout
+from updater.rollout.machine.journal import BatchPhase, ContainerValues, EntryAction, Phase, Rollout
 from updater.rollout.machine.schedule import Step, decide, free_slots, open_rollouts, wake_s
 
 __all__ = ["Executor", "PassResult", "actionable"]
@@ -128,7 +130,8 @@ class Executor:
                  policy: PolicyOf, timeouts: machine.Timeouts | None = None, evictor: Evictions | None = None,
                  templates: Templates | None = None, metrics: UpdaterMetrics | None = None, parallelism: int = 8,
                  verify_poll_s: float = 1.0, read_fresh: Read | None = None,
-                 gates: ServingGates | None = None, cgroups: CgroupCheck | None = None) -> None:
+                 gates: ServingGates | None = None, cgroups: CgroupCheck | None = None,
+                 analyses: AnalysisRunner | None = None) -> None:
         self.reads = Reads(read=read, planner=planner, policy_of=policy, read_fresh=read_fresh, cgroups=cgroups)
         self.writers = Writers(store=store, resizer=resizer, evictor=evictor, templates=templates, gates=gates)
         self.tuning = Tuning(timeouts=timeouts, parallelism=max(1, parallelism), verify_poll_s=verify_poll_s)
@@ -139,6 +142,8 @@ class Executor:
         self.read_s = 0.0
         """How long the last read of the journals and the cluster took."""
         self.workloads: dict[tuple[str, str, str], machine.WorkloadObservation] = {}
+        self.analyses = analyses
+        """Canary analyses on the application's metrics (None: no Prometheus configured; the policies have none)."""
 
     @property
     def writes(self) -> int:
@@ -256,6 +261,8 @@ class Executor:
                 steps, _ = self._round(now, everything, snap, plans, touched, start_new=False)
         last = {**{r.name: r for r in everything}, **latest}
         self.recording.open_rollouts(last.values())
+        if self.analyses is not None:
+            self.analyses.forget({n for n, r in last.items() if r.phase in (Phase.PROGRESSING, Phase.BAKING)})
         self.recording.quota_held(first_plans)
         bake_ends = [until for r in latest.values() if (until := bake_until(r)) is not None]
         return PassResult(started=tuple(started), advanced=tuple(dict.fromkeys(advanced)), resized=resized,
@@ -275,10 +282,12 @@ class Executor:
         for r in sorted(fresh, key=lambda r: r.name):
             policy, plan = by_name.get(r.policy, (None, None))
             frozen = plan is not None and r.pool in plan.frozen_pools
-            step = decide(self._close_if_retried(r), snap.observations, now_s, slots=slots,
-                          timeouts=self._timeouts(policy), frozen=frozen, workloads=self.workloads)
+            r = self._close_if_retried(r)
+            failure, events = self._analysis_gate(r, policy, snap, now_s)
+            step = decide(r, snap.observations, now_s, slots=slots, timeouts=self._timeouts(policy),
+                          frozen=frozen, workloads=self.workloads, gate_failure=failure)
             slots = max(0, slots - step.sends)
-            steps.append(step)
+            steps.append(replace(step, effects=(*events, *step.effects)))
         started: list[str] = []
         if not start_new:
             return steps, started
@@ -299,11 +308,33 @@ class Executor:
                                 batches=tuple(batches), entries=tuple(entries))
                 started.append(draft.name)
                 self.workloads.update(self._workloads(snap, [draft]))  # read its templates before its first step
+                failure, events = self._analysis_gate(draft, policy, snap, now_s)  # baselines before any resize
                 step = decide(draft, snap.observations, now_s, slots=slots, timeouts=self._timeouts(policy),
-                              frozen=False, workloads=self.workloads)
+                              frozen=False, workloads=self.workloads, gate_failure=failure)
                 slots = max(0, slots - step.sends)
-                steps.append(replace(step, create=True))
+                steps.append(replace(step, effects=(*events, *step.effects), create=True))
         return steps, started
+
+    def _analysis_gate(self, r: Rollout, policy: RolloutPolicy | None, snap: PassSnapshot,
+                       now_s: float) -> tuple[str, list[machine.Effect]]:
+        """The canary analyses of the rollout's current batch (``AnalysisRunner.gate``): a failure, and Events."""
+        if self.analyses is None:
+            return self._unmeasurable(r, policy, snap), []
+        failure, events = self.analyses.gate(r, policy, snap.analyses, now_s)
+        return failure, list(events)
+
+    @staticmethod
+    def _unmeasurable(r: Rollout, policy: RolloutPolicy | None, snap: PassSnapshot) -> str:
+        """Without a Prometheus, a batch that has analyses to run is failed before it is sent, never passed."""
+        if r.phase not in (Phase.PROGRESSING, Phase.BAKING) or r.current_batch >= len(r.batches) or \
+                r.batches[r.current_batch].phase != BatchPhase.PENDING:
+            return ""
+        if not (policy and policy.analyses) and not any(e.workload in snap.analyses for e in r.entries):
+            return ""  # nothing declared anywhere (the common case; a snapshot without analyses is not read)
+        checks, problems = checks_for(r, r.current_batch, policy.analyses if policy else (), snap.analyses)
+        if checks or problems:
+            return "the batch has canary analyses but the updater was started without --prometheus-url"
+        return ""
 
     def _timeouts(self, policy: RolloutPolicy | None) -> machine.Timeouts:
         if self.timeouts is not None:

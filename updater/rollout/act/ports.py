@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from podtailor.resize.types import LimitRangeView
 from updater.answers import ServerFeatures
 from updater.observe import PodObservation
+from updater.policy.analysis import WorkloadAnalyses
 from updater.policy.types import HpaView, NodeView, Plan, PodView, QuotaView, RolloutPolicy, WorkloadTarget
 from updater.rollout.machine.effects import Timeouts
 from updater.rollout.machine.journal import ContainerValues, Rollout
@@ -63,6 +64,11 @@ class PassSnapshot(Protocol):
     @property
     def quotas(self) -> Sequence[QuotaView]:
         """The namespaces' ResourceQuotas with compute limits (empty: none, and the planner holds nothing back)."""
+        ...
+
+    @property
+    def analyses(self) -> Mapping[tuple[str, str, str], WorkloadAnalyses]:
+        """Workloads' own canary analyses (annotation ``podtailor.io/analyses``), read only when analyses run."""
         ...
 
     @property

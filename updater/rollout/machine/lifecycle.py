@@ -265,15 +265,19 @@ DEFAULT_TIMEOUTS = Timeouts()
 
 def advance(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slots: int = 1 << 30,
             timeouts: Timeouts = DEFAULT_TIMEOUTS, signals: Mapping[str, str] | None = None, frozen: bool = False,
-            workloads: Workloads | None = None,
+            workloads: Workloads | None = None, gate_failure: str = "",
             ) -> tuple[Rollout, list[Effect]]:
     """One step. ``slots``: resizes this rollout may start now (global concurrency); ``signals``: extra gate
-    failures by pod key (e.g. a throttling spike); ``frozen``: the pool is unhealthy, start nothing new."""
+    failures by pod key (e.g. a throttling spike); ``frozen``: the pool is unhealthy, start nothing new;
+    ``gate_failure``: a failed canary analysis of the current batch (``machine.analysis``), which fails it
+    like any gate: its pods are restored and the pool halts."""
     if r.phase == Phase.ROLLING_BACK:
         return _rollback(r, obs, now_s, timeouts)
     if r.phase not in (Phase.PROGRESSING, Phase.BAKING) or r.current_batch >= len(r.batches):
         return r, []
     batch = r.batches[r.current_batch]
+    if gate_failure:
+        return fail(r, batch, gate_failure)
     if batch.phase in (BatchPhase.PENDING, BatchPhase.APPLYING):
         if frozen and batch.phase == BatchPhase.PENDING:
             return replace(r, message=f"pool {r.pool} frozen: waiting for healthy nodes"), []

@@ -39,12 +39,13 @@ class Step:
 
 
 def decide(r: Rollout, obs: Mapping[str, PodObservation], now_s: float, *, slots: int, timeouts: machine.Timeouts,
-           frozen: bool, workloads: machine.Workloads) -> Step:
+           frozen: bool, workloads: machine.Workloads, gate_failure: str = "") -> Step:
     """The rollout's next step, decided but not performed. A Halted rollout waits for a person (``spec.retry``:
-    the executor reads that, and closes it, before deciding)."""
+    the executor reads that, and closes it, before deciding). ``gate_failure``: a failed canary analysis."""
     if r.phase == Phase.HALTED:
         return Step(old=r, new=r, effects=())
-    new, effects = machine.advance(r, obs, now_s, slots=slots, timeouts=timeouts, frozen=frozen, workloads=workloads)
+    new, effects = machine.advance(r, obs, now_s, slots=slots, timeouts=timeouts, frozen=frozen, workloads=workloads,
+                                   gate_failure=gate_failure)
     return Step(old=r, new=new, effects=tuple(effects))
 
 
