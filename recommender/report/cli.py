@@ -36,7 +36,7 @@ from recommender.cli import (
     strategy_at_risk,
 )
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
-from recommender.report import patches, render
+from recommender.report import clusters, patches, render
 from recommender.report.types import KINDS, Report, Workload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
@@ -77,9 +77,10 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "workload reported and each workload's VPA container policy (the default policy where none "
                     "targets it). Read-only: needs list access to workloads, pods, nodes, HPAs, LimitRanges "
                     "and VPAs (optional), and Prometheus; no CRD or in-cluster component.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, conflict_handler="resolve")
     add_kube_flags(p)
     add_prometheus_flags(p)
+    clusters.add_cluster_flags(p)
     g = p.add_argument_group("Report")
     g.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable; "
                    "default: all)")
@@ -235,6 +236,7 @@ def run_report(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        fleet, args = clusters.read_flags(args)
         prices, strategy, prom, api = _prepare(args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -242,7 +244,8 @@ def run_report(args: argparse.Namespace) -> int:
     progress = _Progress(not args.no_progress)
     try:
         with progress.running():
-            code, report = _collect(args, prices, strategy, prom, api, progress)
+            code, report = (_collect(args, prices, strategy, prom, api, progress) if fleet is None
+                            else clusters.collect(args, fleet, api, prices, strategy, prom, progress))
     finally:
         api.close()
     if report is None:
