@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from podtailor.runtime.cli import UsageError
 from recommender.model.registry import get_strategy
@@ -15,11 +19,14 @@ from recommender.model.types import ContainerKey, UsageBatch
 from recommender.report import clusters
 from recommender.report.build import BuildConfig, Recommending, build_report, recommending
 from recommender.report.cli import EXIT_USAGE, run_report
+from recommender.report.html import as_html
 from recommender.report.pricing import PriceSheet
-from recommender.report.types import Workload
+from recommender.report.render import as_csv, as_json, as_markdown, as_yaml, table
+from recommender.report.types import Report, Workload
 from recommender.sources.clusters import qualify
 from tests.builders.report import DAY, NOW, batch, sample_inputs
 from tests.unit.test_report_cli import parse
+from tests.unit.test_report_render import validator
 
 KNOWN = ("eu", "us", "lab")
 
@@ -95,7 +102,8 @@ def test_bad_input_reads_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "cannot read the kubeconfig's contexts" in capsys.readouterr().err
 
 
-def test_each_cluster_is_recommended_and_summed_as_its_own_report() -> None:
+def two_clusters() -> tuple[Report, dict[str, Report]]:
+    """The sample fleet in clusters eu and us (us at twice the usage): the report of both, and each alone."""
     inv, batches = sample_inputs()
     # The second cluster has the same workloads under the same names, at twice the CPU and memory.
     busier = {k: batch(2 * float(b.cpu_cores.values[0]), 2 * int(b.memory_peak_bytes.values[0]),
@@ -111,7 +119,11 @@ def test_each_cluster_is_recommended_and_summed_as_its_own_report() -> None:
         return recommending(own, found, strategy, NOW)
 
     report = clusters.build({"eu": inv, "us": inv}, read, fleet, inputs, cfg)
-    alone = {c: build_report(inv, found, strategy, cfg) for c, found in (("eu", batches), ("us", busier))}
+    return report, {c: build_report(inv, found, strategy, cfg) for c, found in (("eu", batches), ("us", busier))}
+
+
+def test_each_cluster_is_recommended_and_summed_as_its_own_report() -> None:
+    report, alone = two_clusters()
     assert [(w.cluster, w.namespace, w.name) for w in report.workloads] == [
         (c, w.namespace, w.name) for c in ("eu", "us") for w in alone[c].workloads]
     for w in report.workloads:  # each workload exactly as its cluster's own report has it, tagged
@@ -122,3 +134,30 @@ def test_each_cluster_is_recommended_and_summed_as_its_own_report() -> None:
     assert report.warnings[:2] == ("eu: cannot list nodes: example", "us: cannot list nodes: example")
     assert alone["us"].total.cost.recommended > alone["eu"].total.cost.recommended  # the usage is each cluster's
     assert all(c.usage is not None for w in report.workloads for c in w.containers if c.role.value != "init")
+
+
+def test_every_format_has_the_cluster_column_and_table_only_over_several_clusters() -> None:
+    report, alone = two_clusters()
+    one = alone["eu"]
+    text = table(report)
+    header = next(line for line in text.splitlines() if "namespace" in line)
+    assert "By cluster" in text and header.split("┃")[1].strip() == "cluster" and "By cluster" not in table(one)
+    assert "┃ cluster" not in table(one)
+    rows = list(csv.DictReader(io.StringIO(as_csv(report))))
+    assert next(iter(rows[0])) == "cluster" and "cluster" not in next(csv.reader(io.StringIO(as_csv(one))))
+    for c in ("eu", "us"):  # the CSV's rows of a cluster sum to its line of the cluster table
+        assert sum(int(r["cost_current_micros"]) for r in rows if r["cluster"] == c) == next(
+            g for g in report.clusters if g.name == c).cost.current
+    doc = json.loads(as_json(report))
+    validator().validate(doc)
+    assert [g["name"] for g in doc["summary"]["clusters"]] == ["eu", "us"]
+    assert {w["cluster"] for w in doc["workloads"]} == {"eu", "us"}
+    single = json.loads(as_json(one))
+    assert "clusters" not in single["summary"] and all("cluster" not in w for w in single["workloads"])
+    assert yaml.safe_load(as_yaml(report))["summary"]["clusters"] == doc["summary"]["clusters"]
+    md = as_markdown(report)
+    assert "### By cluster" in md and "| cluster | workload |" in md and "| us | `shop/Deployment/web` |" in md
+    assert "cluster" not in as_markdown(one)
+    page = as_html(report)
+    assert "<h2>By cluster</h2>" in page and "<h3>us: shop / Deployment / web" in page
+    assert "By cluster" not in as_html(one)
