@@ -148,10 +148,19 @@ def per_cluster(batches: Mapping[ContainerKey, UsageBatch], fleet: Fleet,
     return out
 
 
-def qualified(inventories: Mapping[str, Inventory], fleet: Fleet) -> list[Workload]:
-    """Every cluster's workloads under their qualified namespaces (what the many-cluster read is asked for)."""
-    return [replace(w, namespace=qualify(t.value, w.namespace)) for t in fleet.targets
-            for w in inventories[t.context].workloads]
+def read_groups(inventories: Mapping[str, Inventory], fleet: Fleet, groups: int) -> list[tuple[str, ...]]:
+    """The qualified namespaces each many-cluster read asks for: ``cli.namespace_groups`` of the plain
+    namespaces over every cluster's workloads, each group then holding that namespace of every cluster that
+    has it. So the number of reads depends on ``--read-groups`` and the namespaces, not on the clusters."""
+    from recommender.report.cli import namespace_groups
+
+    everything = [w for t in fleet.targets for w in inventories[t.context].workloads]
+    present = {(t.value, w.namespace) for t in fleet.targets for w in inventories[t.context].workloads}
+    out = []
+    for names in namespace_groups(everything, groups):
+        inside = set(names)
+        out.append(tuple(sorted(qualify(value, ns) for value, ns in present if ns in inside)))
+    return out
 
 
 def _discover(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, Any],
@@ -253,12 +262,12 @@ def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping
                 "clusters": [{"context": t.context, "clusterValue": t.value} for t in fleet.targets]}
     cfg = BuildConfig(now_s=now, start_s=start, end_s=end, strategy_name=args.strategy, prices=prices,
                       change_threshold=args.change_threshold, settings=settings)
-    workloads = qualified(inventories, fleet)
+    total = sum(len(inv.workloads) for inv in inventories.values())
     progress.stage(f"reading usage history of {len(fleet.targets)} clusters and recommending for "
-                   f"{len(workloads)} workloads", total=len(workloads))
+                   f"{total} workloads", total=total)
     batches: dict[ContainerKey, UsageBatch] = {}
     try:
-        for names in cli.namespace_groups(workloads, args.read_groups):
+        for names in read_groups(inventories, fleet, args.read_groups):
             batches.update(source.history(names, start, end))
     except SourceError as err:
         print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)

@@ -161,3 +161,17 @@ def test_every_format_has_the_cluster_column_and_table_only_over_several_cluster
     page = as_html(report)
     assert "<h2>By cluster</h2>" in page and "<h3>us: shop / Deployment / web" in page
     assert "By cluster" not in as_html(one)
+
+
+def test_the_reads_depend_on_the_namespaces_not_on_the_clusters() -> None:
+    inv, _ = sample_inputs()  # namespaces jobs (1 workload) and shop (2)
+    targets = tuple(clusters.Target(context=c, value=f"{c}-1") for c in ("eu", "us", "ap"))
+    fleet = clusters.Fleet(label="cluster", targets=targets)
+    only_shop = replace(inv, workloads=tuple(w for w in inv.workloads if w.namespace == "shop"))
+    inventories = {"eu": inv, "us": inv, "ap": only_shop}
+    # Three clusters, two namespaces: at most two reads (even with 64 groups allowed), each with that namespace
+    # of every cluster having it.
+    assert clusters.read_groups(inventories, fleet, 64) == [("eu-1/jobs", "us-1/jobs"),
+                                                           ("ap-1/shop", "eu-1/shop", "us-1/shop")]
+    assert clusters.read_groups(inventories, fleet, 1) == [
+        ("ap-1/shop", "eu-1/jobs", "eu-1/shop", "us-1/jobs", "us-1/shop")]
