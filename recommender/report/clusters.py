@@ -51,14 +51,16 @@ class Progress(Protocol):
     def advance(self, n: int = 1) -> None: ...
 
 
-def add_cluster_flags(p: argparse.ArgumentParser) -> None:
-    """The report's ``--context`` and ``--cluster-value``, replacing the one-cluster flags of the same names
-    (the parser needs ``conflict_handler="resolve"``), and ``--all-contexts``."""
+def add_cluster_flags(p: argparse.ArgumentParser, *, listed: bool = True) -> None:
+    """``--context`` and ``--cluster-value``, replacing the one-cluster flags of the same names (the parser
+    needs ``conflict_handler="resolve"``), and ``--all-contexts``; ``listed``: each cluster's workloads are
+    listed from its API server (the report; ``backtest --prometheus`` reads the store only)."""
     g = p.add_argument_group("Clusters (several kube contexts over one metrics store)")
     g.add_argument("--context", action="append", default=[], metavar="CONTEXT",
-                   help="kubeconfig context to report (repeatable; default: the current context). With several, "
-                        "each cluster's workloads are listed from its own API server and all their history is read "
-                        "from the one --prometheus-url in the same batched queries, split by --cluster-label")
+                   help="kubeconfig context (repeatable; default: the current context). With several, "
+                        + ("each cluster's workloads are listed from its own API server and " if listed else "")
+                        + "all their history is read from the one --prometheus-url in the same batched queries, "
+                          "split by --cluster-label")
     g.add_argument("--all-contexts", action="store_true", help="report every context of the kubeconfig")
     g.add_argument("--cluster-value", action="append", default=[], metavar="[CONTEXT=]VALUE",
                    help="a context's value of --cluster-label (repeatable). Several contexts: CONTEXT=VALUE, and a "

@@ -124,3 +124,24 @@ def test_one_report_covers_two_clusters_from_one_store(fleet: dict[str, Any]) ->
     assert both["settings"]["clusters"] == [{"context": "eu", "clusterValue": "eu"},
                                             {"context": "us", "clusterValue": "us-1"}]
     assert "clusters" not in eu["summary"] and all("cluster" not in w for w in eu["workloads"])
+
+
+def backtest(fleet: dict[str, Any], *flags: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "recommender", "backtest", "--prometheus", "--kubeconfig", str(fleet["kubeconfig"]),
+           "--prometheus-url", fleet["url"], "--scrape-interval", "60s", "--history", "2d", "-n", fleet["ns"],
+           "--strategies", "krr-simple", "--workers", "1", "--quiet", "--json", "-", "--cluster-label", "cluster",
+           *flags]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def test_backtest_replays_both_clusters_series_apart(fleet: dict[str, Any]) -> None:
+    both = backtest(fleet, "--context", "eu", "--context", "us", "--cluster-value", "us=us-1")
+    eu = backtest(fleet, "--cluster-value", "eu")
+    us = backtest(fleet, "--cluster-value", "us-1")
+    oracle = {name: doc["subsets"]["all"]["oracle"] for name, doc in (("both", both), ("eu", eu), ("us", us))}
+    # web and api of each cluster: four series, not the two that pooling the same names would give.
+    assert (oracle["eu"]["series"], oracle["us"]["series"], oracle["both"]["series"]) == (2, 2, 4)
+    assert oracle["both"]["series_days"] == pytest.approx(oracle["eu"]["series_days"] + oracle["us"]["series_days"])

@@ -175,3 +175,24 @@ def test_the_reads_depend_on_the_namespaces_not_on_the_clusters() -> None:
                                                            ("ap-1/shop", "eu-1/shop", "us-1/shop")]
     assert clusters.read_groups(inventories, fleet, 1) == [
         ("ap-1/shop", "eu-1/jobs", "eu-1/shop", "us-1/jobs", "us-1/shop")]
+
+
+def test_backtest_takes_the_same_cluster_flags_and_refuses_bad_ones_before_reading(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recommender.backtest.cli import add_backtest_parser, run_backtest
+
+    parser = argparse.ArgumentParser()
+    add_backtest_parser(parser.add_subparsers(dest="command"))
+    cfg = str(two_context_kubeconfig(tmp_path))
+    base = ["backtest", "--prometheus", "--prometheus-url", "http://127.0.0.1:9", "-n", "shop", "--kubeconfig", cfg,
+            "--workers", "1"]
+    # Prometheus at port 9 does not answer: a read would exit 1; each of these exits 2 before it.
+    for argv, message in ((["--context", "eu", "--context", "us"], "several contexts need --cluster-label"),
+                          (["--context", "eu", "--context", "mars", "--cluster-label", "c"], "no context 'mars'"),
+                          (["--all-contexts", "--cluster-label", "c", "--cluster-value", "eu=us"],
+                           "the same cluster value 'us'")):
+        assert run_backtest(parser.parse_args([*base, *argv])) == 2
+        assert message in capsys.readouterr().err
+    args = parser.parse_args([*base, "--all-contexts", "--cluster-label", "c", "--prometheus-timeout", "1s"])
+    assert run_backtest(args) == 1  # good flags: the store is asked (and does not answer)
+    assert "reading history from Prometheus failed" in capsys.readouterr().err
