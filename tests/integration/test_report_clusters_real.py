@@ -1,10 +1,11 @@
-"""One ``report`` over two real control planes whose history sits in one VictoriaMetrics (issue #40).
+"""One ``report`` over two real control planes whose history sits in one store (issue #40).
 
 The session's control plane is context ``eu``; a second ``LocalCluster`` started here is context ``us``. Both
 hold the same namespace with the same workloads (web, api; VPAs updateMode Off), so only the cluster label
 tells their series apart in the one store: ``eu``'s history is the backend tests' (``tests/backend_history``),
 ``us``'s their distractor (3 cores, 900 MiB on every pod), imported under ``cluster="eu"`` and
-``cluster="us-1"``. The two-context report must list each cluster's workloads from its own API server,
+``cluster="us-1"`` into one VictoriaMetrics, and into the two Prometheus of one Thanos Query (each sidecar's
+external label). The two-context report must list each cluster's workloads from its own API server,
 recommend each from its own usage exactly as a one-context report of that cluster does, and send no more
 Prometheus requests than one one-context report: one query per metric over both clusters, split by the label.
 """
@@ -26,6 +27,7 @@ from kubernetes import client, config
 
 from tests.backend_history import history_files, make_workloads
 from tests.harness.cluster import ClusterState, LocalCluster
+from tests.harness.thanos import LocalThanos
 from tests.harness.victoriametrics import LocalVictoriaMetrics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
@@ -60,31 +62,60 @@ def merged_kubeconfig(path: Path, states: dict[str, ClusterState]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet(cluster: ClusterState, api: client.ApiClient, crds: list[str],
+def world(cluster: ClusterState, api: client.ApiClient, crds: list[str],
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Both control planes, the namespace with its workloads in each, their kubeconfig, and the history files."""
     tmp = tmp_path_factory.mktemp("clusters")
     ns = f"fleet-{secrets.token_hex(3)}"
     second = LocalCluster(tmp / "us")
     us_state = second.start()
     us_api = config.new_client_from_config(config_file=us_state.kubeconfig)
-    vm = LocalVictoriaMetrics(tmp / "vm")
-    vm.start()
     try:
         install_vpa_crd(us_api)
         make_workloads(api, ns)
         make_workloads(us_api, ns)
         t2_s = float(int(time.time()) // 60 * 60)
-        for path in history_files(tmp, ns, t2_s):
-            vm.import_openmetrics(path, extra_labels={"cluster": "eu"})
-        for path in history_files(tmp, ns, t2_s, distractor=True):
-            vm.import_openmetrics(path, extra_labels={"cluster": "us-1"})
-        yield {"ns": ns, "url": vm.url,
+        yield {"ns": ns, "tmp": tmp, "history": {"eu": history_files(tmp, ns, t2_s),
+                                                  "us-1": history_files(tmp, ns, t2_s, distractor=True)},
                "kubeconfig": merged_kubeconfig(tmp / "kubeconfig", {"eu": cluster, "us": us_state})}
     finally:
-        vm.stop()
         us_api.close()
         second.stop()
         client.CoreV1Api(api).delete_namespace(ns)
+
+
+@pytest.fixture(scope="module")
+def victoria_metrics(world: dict[str, Any]) -> Iterator[str]:
+    """One VictoriaMetrics holding both clusters' history, each under its ``cluster`` label."""
+    vm = LocalVictoriaMetrics(world["tmp"] / "vm")
+    vm.start()
+    try:
+        for value, paths in world["history"].items():
+            for path in paths:
+                vm.import_openmetrics(path, extra_labels={"cluster": value})
+        yield vm.url
+    finally:
+        vm.stop()
+
+
+@pytest.fixture(scope="module")
+def thanos(world: dict[str, Any]) -> Iterator[str]:
+    """One Thanos Query over two Prometheus (external label ``cluster``), one per cluster's history."""
+    store = LocalThanos(world["tmp"] / "thanos", clusters=tuple(world["history"]))
+    for value, paths in world["history"].items():  # before the sidecars start (see test_backends_real)
+        for path in paths:
+            store.prometheus[value].backfill(path)
+    store.start()
+    try:
+        yield store.url
+    finally:
+        store.stop()
+
+
+@pytest.fixture(params=["victoria_metrics", "thanos"], ids=["victoria-metrics", "thanos"])
+def fleet(request: pytest.FixtureRequest, world: dict[str, Any]) -> dict[str, Any]:
+    url: str = request.getfixturevalue(request.param)
+    return {**world, "url": url}
 
 
 def report(fleet: dict[str, Any], *flags: str) -> dict[str, Any]:
