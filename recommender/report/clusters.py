@@ -220,8 +220,11 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any,
     """The ``report`` command's work over a fleet (``cli._collect`` for one cluster); the clients it makes for
     the contexts after the first are closed here, ``first_api`` by the caller."""
     from podtailor.kube.errors import KubeError
-    from recommender.report import cli
+    from recommender.report import cli, patches
 
+    if args.output == patches.FORMAT:  # one file per namespace/kind/name: two clusters' workloads would collide
+        print("error: -o patches writes the patches of one cluster: run it once per --context", file=sys.stderr)
+        return cli.EXIT_USAGE, None
     apis: dict[str, Any] = {fleet.targets[0].context: first_api}
     try:
         for t in fleet.targets[1:]:

@@ -196,3 +196,12 @@ def test_backtest_takes_the_same_cluster_flags_and_refuses_bad_ones_before_readi
     args = parser.parse_args([*base, "--all-contexts", "--cluster-label", "c", "--prometheus-timeout", "1s"])
     assert run_backtest(args) == 1  # good flags: the store is asked (and does not answer)
     assert "reading history from Prometheus failed" in capsys.readouterr().err
+
+
+def test_patches_are_written_for_one_cluster_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = str(two_context_kubeconfig(tmp_path))
+    out = tmp_path / "patches"
+    args = parse("--kubeconfig", cfg, "--prometheus-url", "http://127.0.0.1:9", "--cluster-label", "cluster",
+                 "--all-contexts", "-o", "patches", "--output-dir", str(out))
+    assert run_report(args) == EXIT_USAGE
+    assert "run it once per --context" in capsys.readouterr().err and not out.exists()
