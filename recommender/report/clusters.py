@@ -19,12 +19,15 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from podtailor.runtime.cli import UsageError, kube_client
 from recommender.model.types import ContainerKey, UsageBatch
 from recommender.report.types import Inventory, Report, Workload, WorkloadReport
 from recommender.sources.clusters import qualify, split
+
+if TYPE_CHECKING:  # the builder is imported by the run that uses it, not by --help
+    from recommender.report.build import BuildConfig, Recommending
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,8 +197,8 @@ def _tagged(items: Sequence[WorkloadReport], context: str) -> list[WorkloadRepor
 
 
 def build(inventories: Mapping[str, Inventory], batches: Mapping[ContainerKey, UsageBatch], fleet: Fleet,
-          recommending: Callable[[Sequence[Workload], Mapping[ContainerKey, UsageBatch]], Any], cfg: Any,
-          progress: Callable[[int], None] | None = None) -> Report:
+          recommending: Callable[[Sequence[Workload], Mapping[ContainerKey, UsageBatch]], Recommending],
+          cfg: BuildConfig, progress: Callable[[int], None] | None = None) -> Report:
     """The report over every cluster from the many-cluster read's ``batches``: each cluster recommended with
     its own states and fleet (``recommending(workloads, batches)``), then assembled once over all of them."""
     from recommender.report.build import assemble, workload_reports
@@ -254,7 +257,7 @@ def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping
 
     from recommender.cli import history_plan, strategy_at_risk
     from recommender.report import cli
-    from recommender.report.build import BuildConfig, Recommending, recommending
+    from recommender.report.build import BuildConfig, recommending
     from recommender.sources.errors import SourceError
     from recommender.sources.prometheus import PrometheusSource
 
