@@ -3,11 +3,12 @@
 The session's control plane is context ``eu``; a second ``LocalCluster`` started here is context ``us``. Both
 hold the same namespace with the same workloads (web, api; VPAs updateMode Off), so only the cluster label
 tells their series apart in the one store: ``eu``'s history is the backend tests' (``tests/backend_history``),
-``us``'s their distractor (3 cores, 900 MiB on every pod), imported under ``cluster="eu"`` and
-``cluster="us-1"`` into one VictoriaMetrics, and into the two Prometheus of one Thanos Query (each sidecar's
-external label). The two-context report must list each cluster's workloads from its own API server,
-recommend each from its own usage exactly as a one-context report of that cluster does, and send no more
-Prometheus requests than one one-context report: one query per metric over both clusters, split by the label.
+``us``'s their distractor (3 cores, 900 MiB on every pod), under ``cluster="eu"`` and ``cluster="us-1"``: in
+one VictoriaMetrics, in the two Prometheus of one Thanos Query (each sidecar's external label), and in the
+session's Prometheus with the label on every series (read through remote read). The two-context report must
+list each cluster's workloads from its own API server, recommend each from its own usage exactly as a
+one-context report of that cluster does, and send no more requests to the store than one one-context report:
+one query per metric over both clusters, split by the label.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kubernetes import client, config
 
 from tests.backend_history import history_files, make_workloads
 from tests.harness.cluster import ClusterState, LocalCluster
+from tests.harness.prometheus import LocalPrometheus
 from tests.harness.thanos import LocalThanos
 from tests.harness.victoriametrics import LocalVictoriaMetrics
 
@@ -112,7 +114,27 @@ def thanos(world: dict[str, Any]) -> Iterator[str]:
         store.stop()
 
 
-@pytest.fixture(params=["victoria_metrics", "thanos"], ids=["victoria-metrics", "thanos"])
+def labelled(openmetrics_file: Path, value: str) -> Path:
+    """A copy of a history file with ``cluster="value"`` on every series (a cluster's external label)."""
+    out = openmetrics_file.with_name(f"{openmetrics_file.stem}-{value}.om")
+    with openmetrics_file.open() as src, out.open("w") as dst:
+        for line in src:
+            dst.write(line if line.startswith("#") else line.replace("{", f'{{cluster="{value}",', 1))
+    return out
+
+
+@pytest.fixture(scope="module")
+def prometheus_store(world: dict[str, Any], prometheus: LocalPrometheus) -> str:
+    """The session's Prometheus holding both clusters' history, each series with its ``cluster`` label: the
+    full-resolution samples then go through remote read, whose answers are split and filtered client-side."""
+    for value, paths in world["history"].items():
+        for path in paths:
+            prometheus.backfill(labelled(path, value))
+    return prometheus.url
+
+
+@pytest.fixture(params=["victoria_metrics", "thanos", "prometheus_store"],
+                ids=["victoria-metrics", "thanos", "prometheus-remote-read"])
 def fleet(request: pytest.FixtureRequest, world: dict[str, Any]) -> dict[str, Any]:
     url: str = request.getfixturevalue(request.param)
     return {**world, "url": url}
