@@ -7,7 +7,9 @@ always added as the floor, and ``oracle-budget`` (the oracle held to VPA's chang
 request) whenever ``vpa`` runs. With
 ``--prometheus`` the history is the cluster's own: ``PrometheusSource.history`` over the namespaces given
 (``-n``) and ``--history``, one series per workload container (pods of a rollout share their workload's
-history), replayed by ``runner.run_history``. A Prometheus that cannot be read exits 1, with nothing written. With
+history), replayed by ``runner.run_history``; with several kube contexts (``--context`` repeated, ``--all-contexts``)
+every cluster's history in the one store, read in one many-cluster pass (``recommender.report.clusters``), its
+series named ``context/namespace``. A Prometheus that cannot be read exits 1, with nothing written. With
 ``--sweep`` the run replays podtailor at each risk setting of ``--sweep-values`` beside vpa and krr-simple
 (``sweep.sweep_specs``) and prints the frontier table, and with ``--oom-budget`` the risk it would pick
 (``sweep_report``); a budget that no swept risk meets is an answer (exit 0), not an error.
@@ -22,6 +24,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ from recommender.backtest.sweep import BASELINES, DEFAULT_RISKS, SWEPT, parse_ri
 from recommender.backtest.trace import TraceColumns, TraceError
 from recommender.cli import add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
+from recommender.report import clusters
 
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
@@ -66,7 +70,7 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``backtest`` on an argparse subparsers object; returns the new parser."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "backtest", help="replay usage history and score strategies", description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter, conflict_handler="resolve")
     p.add_argument("trace", nargs="?", type=Path, help="trace CSV or CSV.gz")
     p.add_argument("--prometheus", action="store_true",
                    help="replay the cluster's own usage history from Prometheus instead of a trace file "
@@ -99,6 +103,9 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     sim.add_argument("--start-memory-limit-ratio", type=float, default=1.0,
                      help="start memory request = provisioned / this (1)")
     add_prometheus_flags(p, required=False, plan=False)  # several strategies: history at full resolution
+    clusters.add_cluster_flags(p, listed=False)
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig whose contexts --context and --all-contexts name "
+                   "(default: $KUBECONFIG or ~/.kube/config; only read for those flags)")
     prom = p.add_argument_group("history from Prometheus (--prometheus)")
     prom.add_argument("-n", "--namespace", action="append", default=[],
                       help="namespace whose workloads are replayed (repeatable; required with --prometheus)")
@@ -204,14 +211,23 @@ def _from_prometheus(args: argparse.Namespace, specs: list[StrategySpec], cfg: R
     from prometheus_client import CollectorRegistry
 
     from recommender.cli import prometheus_config
+    from recommender.sources.clusters import qualify
     from recommender.sources.prometheus import PrometheusSource
 
-    source = PrometheusSource(prometheus_config(args), registry=CollectorRegistry())
+    fleet, args = clusters.read_flags(args)
+    config, names = prometheus_config(args), sorted(set(args.namespace))
+    if fleet is not None:
+        config = replace(config, cluster_label=fleet.label, many_clusters=True)
+        names = [qualify(t.value, ns) for t in fleet.targets for ns in names]
+    source = PrometheusSource(config, registry=CollectorRegistry())
     try:
         end = time.time()
-        history = source.history(sorted(set(args.namespace)), end - args.history, end)
+        history = source.history(names, end - args.history, end)
     finally:
         source.close()
+    if fleet is not None:  # each cluster's series under context/namespace
+        history = {replace(k, namespace=f"{context}/{k.namespace}"): batch
+                   for context, found in clusters.per_cluster(history, fleet).items() for k, batch in found.items()}
     if args.series is not None:
         history = dict(sorted(history.items())[:max(args.series, 0)])
     return run_history(history, specs, cfg, workers=args.workers)

@@ -38,7 +38,7 @@ from recommender.cli import (
     strategy_at_risk,
 )
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
-from recommender.report import patches, render
+from recommender.report import clusters, patches, render
 from recommender.report.types import KINDS, Report, Workload
 
 if TYPE_CHECKING:  # imported where the report runs, not for --help
@@ -90,9 +90,10 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "it (--no-checkpoints: fresh state). Read-only: needs list access to workloads, pods, nodes, "
                     "HPAs, LimitRanges, VPAs and RecommenderCheckpoints (both optional), and Prometheus; no CRD "
                     "or in-cluster component.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, conflict_handler="resolve")
     add_kube_flags(p)
     add_prometheus_flags(p)
+    clusters.add_cluster_flags(p)
     g = p.add_argument_group("Report")
     g.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable; "
                    "default: all)")
@@ -252,13 +253,15 @@ def run_report(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        fleet, args = clusters.read_flags(args)
         prices, strategy, prom, api = _prepare(args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(not args.no_progress)
     with closing(api), progress.running():
-        code, report = _collect(args, prices, strategy, prom, api, progress)
+        code, report = (_collect(args, prices, strategy, prom, api, progress) if fleet is None
+                        else clusters.collect(args, fleet, api, prices, strategy, prom, progress))
     if report is None:
         return code
     failed = _write_patches(report, args.output_dir) if args.output == patches.FORMAT else _print(report, args)

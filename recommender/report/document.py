@@ -74,7 +74,8 @@ def container(c: ContainerReport) -> dict[str, Any]:
 
 
 def workload(w: WorkloadReport) -> dict[str, Any]:
-    return {"namespace": w.namespace, "kind": w.kind, "name": w.name, "pool": w.pool, "replicas": w.replicas,
+    return {**({"cluster": w.cluster} if w.cluster else {}), "namespace": w.namespace, "kind": w.kind,
+            "name": w.name, "pool": w.pool, "replicas": w.replicas,
             "runningPods": w.running_pods, "podHoursPerMonth": round(w.pod_hours_per_month, 6),
             "qos": {"current": w.qos_current, "planned": w.qos_planned},
             "disruption": {"action": w.disruption.value, "reason": w.disruption_reason,
@@ -109,6 +110,7 @@ def to_document(report: Report) -> dict[str, Any]:
             "total": group(report.total),
             "namespaces": [group(g) for g in report.namespaces],
             "pools": [group(g) for g in report.pools],
+            **({"clusters": [group(g) for g in report.clusters]} if report.clusters else {}),
             "disruption": _counts([w.disruption.value for w in report.workloads]),
             "risks": _counts([r.risk.value for w in report.workloads for r in w.risks]),
         },

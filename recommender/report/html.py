@@ -121,11 +121,11 @@ def _container_rows(report: Report, w: WorkloadReport) -> str:
 
 def workload_section(report: Report, w: WorkloadReport) -> str:
     risks = "".join(f'<span class="badge risk" title="{_e(r.message)}">{_e(r.risk.value)}</span>' for r in w.risks)
-    search = f"{w.namespace} {w.kind} {w.name} {w.pool}".lower()
+    search = f"{w.cluster} {w.namespace} {w.kind} {w.name} {w.pool}".lower().lstrip()
     charts = "".join(chart(c, res, c.usage.cpu_millicores if res == "cpu" else c.usage.memory_bytes)
                      if c.usage else chart(c, res, None) for c in w.containers for res in ("cpu", "memory"))
     return (f'<section class="workload" data-search="{_e(search)}" data-disruption="{_e(w.disruption.value)}">'
-            f'<h3>{_e(w.namespace)} / {_e(w.kind)} / {_e(w.name)}'
+            f'<h3>{_e(f"{w.cluster}: " if w.cluster else "")}{_e(w.namespace)} / {_e(w.kind)} / {_e(w.name)}'
             f'<span class="badge d-{_e(w.disruption.value)}" title="{_e(w.disruption_message)}">'
             f'{_e(w.disruption.value)}</span>{risks}</h3>'
             f'<div class="muted">pool {_e(w.pool or "-")}, {w.running_pods} running of {w.replicas} replicas, '
@@ -181,7 +181,9 @@ def as_html(report: Report) -> str:
         f"<h1>podtailor right-sizing report</h1><div class=muted>strategy {_e(report.strategy)}; history "
         f"{_e(rfc3339(report.start_s))} .. {_e(rfc3339(report.end_s))}; prices: {_e(report.prices.get('source'))}"
         f"</div><div class=cards>{cards}</div>"
-        f"<h2>By namespace</h2>{bar_chart(report, report.namespaces, 'namespace')}"
+        + (f"<h2>By cluster</h2>{bar_chart(report, report.clusters, 'cluster')}"
+           f"{_group_table(report, 'cluster', report.clusters)}" if report.clusters else "")
+        +         f"<h2>By namespace</h2>{bar_chart(report, report.namespaces, 'namespace')}"
         f"{_group_table(report, 'namespace', report.namespaces)}"
         f"<h2>By node pool</h2>{bar_chart(report, report.pools, 'pool')}"
         f"{_group_table(report, 'node pool', report.pools)}"

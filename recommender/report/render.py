@@ -71,14 +71,16 @@ def table(report: Report, width: int | None = None) -> str:
     out = io.StringIO()
     console = Console(file=out, width=width or 200, force_terminal=False, color_system=None)
     grid = Table(title=_headline(report), show_lines=False)
-    for col in ("namespace", "kind/name", "container", "pool", "pods", "requests now cpu / mem",
+    many = bool(report.clusters)  # a cluster column only in a report over several clusters
+    for col in ("cluster",) * many + ("namespace", "kind/name", "container", "pool", "pods", "requests now cpu / mem",
                 "recommended cpu / mem", "limits now -> planned", "cost now", "cost new", "disruption", "risks",
                 "why"):
         grid.add_column(col, overflow="fold")
     for w in report.workloads:
         for i, c in enumerate(w.containers):
             first = i == 0
-            grid.add_row(w.namespace if first else "", f"{w.kind}/{w.name}" if first else "",
+            grid.add_row(*((w.cluster if first else "",) * many), w.namespace if first else "",
+                         f"{w.kind}/{w.name}" if first else "",
                          f"{c.name} ({c.role.value})" if c.role.value != "container" else c.name,
                          (w.pool or "-") if first else "", f"{w.running_pods}/{w.replicas}" if first else "",
                          pair(c.current.requests), pair(_target(c)),
@@ -87,6 +89,8 @@ def table(report: Report, width: int | None = None) -> str:
                          f"[{_DISRUPTION_STYLE[w.disruption.value]}]{w.disruption.value}[/]" if first else "",
                          _risks(w) if first else "", reasons(c))
     console.print(grid)
+    if many:
+        console.print(_groups_table(report, "cluster", report.clusters))
     console.print(_groups_table(report, "namespace", report.namespaces))
     console.print(_groups_table(report, "node pool", report.pools))
     for warning in report.warnings:
@@ -124,11 +128,12 @@ CSV_COLUMNS = ("namespace", "kind", "workload", "container", "role", "pool", "re
                "cost_current_micros", "cost_recommended_micros", "savings_micros", "increases_micros", "reasons")
 
 
-def _csv_row(w: WorkloadReport, c: ContainerReport) -> list[object]:
+def _csv_row(w: WorkloadReport, c: ContainerReport, many: bool = False) -> list[object]:
     def v(x: int | None) -> object:
         return "" if x is None else x
     target = _target(c)
-    return [w.namespace, w.kind, w.name, c.name, c.role.value, w.pool, w.replicas, w.running_pods,
+    return [*([w.cluster] * many), w.namespace, w.kind, w.name, c.name, c.role.value, w.pool, w.replicas,
+            w.running_pods,
             v(c.current.requests.cpu_millicores), v(target.cpu_millicores), v(c.planned.requests.cpu_millicores),
             v(c.current.limits.cpu_millicores), v(c.planned.limits.cpu_millicores),
             v(c.current.requests.memory_bytes), v(target.memory_bytes), v(c.planned.requests.memory_bytes),
@@ -139,13 +144,15 @@ def _csv_row(w: WorkloadReport, c: ContainerReport) -> list[object]:
 
 
 def as_csv(report: Report) -> str:
-    """One row per container; money in integer micro-units so a spreadsheet sum is exact."""
+    """One row per container; money in integer micro-units so a spreadsheet sum is exact. Over several
+    clusters the first column is the workload's cluster (kube context)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    many = bool(report.clusters)
+    writer.writerow(("cluster",) * many + CSV_COLUMNS)
     for w in report.workloads:
         for c in w.containers:
-            writer.writerow(_csv_row(w, c))
+            writer.writerow(_csv_row(w, c, many))
     return out.getvalue()
 
 
@@ -170,15 +177,19 @@ def as_markdown(report: Report) -> str:
     for w in report.workloads:
         counts[w.disruption.value] = counts.get(w.disruption.value, 0) + 1
     lines += ["Disruption if applied: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), ""]
-    lines += ["| workload | container | requests now | recommended | limits planned | cost now | cost new | "
-              "disruption | risks | why |", "|---|---|---|---|---|---:|---:|---|---|---|"]
+    many = bool(report.clusters)
+    lines += ["| " + "cluster | " * many + "workload | container | requests now | recommended | limits planned | "
+              "cost now | cost new | disruption | risks | why |", "|" + "---|" * many + "---|---|---|---|---|---:|---:|"
+              "---|---|---|"]
     for w in report.workloads:
         for c in w.containers:
-            lines.append(f"| `{_md(w.namespace)}/{_md(w.kind)}/{_md(w.name)}` | {_md(c.name)} | "
+            lines.append("| " + f"{_md(w.cluster)} | " * many + f"`{_md(w.namespace)}/{_md(w.kind)}/{_md(w.name)}` | "
+                         f"{_md(c.name)} | "
                          f"{pair(c.current.requests)} | {pair(_target(c))} | {pair(c.planned.limits)} | "
                          f"{money(report, c.cost.current)} | {money(report, c.cost.recommended)} | "
                          f"{w.disruption.value} | {_md(_risks(w))} | {_md(reasons(c))} |")
-    for title, groups in (("namespace", report.namespaces), ("node pool", report.pools)):
+    for title, groups in (("cluster", report.clusters),) * many + (("namespace", report.namespaces),
+                                                                    ("node pool", report.pools)):
         lines += ["", f"### By {title}", "", f"| {title} | workloads | current | recommended | savings | "
                   "increases | net |", "|---|---:|---:|---:|---:|---:|---:|", *_md_cost_rows(report, groups)]
     if report.warnings:

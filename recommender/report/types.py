@@ -200,6 +200,8 @@ class WorkloadReport:
     vpa: str | None = None
     """The VPA whose container policy the recommendation follows (None: no VPA targets the workload, so the
     default policy: no minAllowed/maxAllowed, cpu and memory, RequestsAndLimits)."""
+    cluster: str = ""
+    """The kube context the workload was read from, in a report over several clusters ("" in a report of one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,3 +227,5 @@ class Report:
     warnings: tuple[str, ...] = ()
     prometheus_requests: int = 0
     api_requests: int = 0
+    clusters: tuple[GroupSummary, ...] = ()
+    """Summed per cluster (kube context), in a report over several clusters; empty in a report of one."""

@@ -9,7 +9,8 @@ not with the number of workloads. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 from recommender.sources.promql import Scope
 
@@ -29,27 +30,29 @@ def count_containers(label_sets: Iterable[Mapping[str, str]]) -> dict[str, dict[
     return out
 
 
-def _pod_pages(namespace: str, pods: Mapping[str, int], max_series: int,
-               cluster: tuple[str, str] | None) -> list[Scope]:
+def _pod_pages(namespace: str, pods: Mapping[str, int], max_series: int, make: Callable[..., Scope]) -> list[Scope]:
     pages: list[Scope] = []
     page: list[str] = []
     size = 0
     for pod in sorted(pods):
         if page and size + pods[pod] > max_series:
-            pages.append(Scope(namespaces=(namespace,), pods=tuple(page), cluster=cluster))
+            pages.append(make(namespaces=(namespace,), pods=tuple(page)))
             page, size = [], 0
         page.append(pod)
         size += pods[pod]
     if page:
-        pages.append(Scope(namespaces=(namespace,), pods=tuple(page), cluster=cluster))
+        pages.append(make(namespaces=(namespace,), pods=tuple(page)))
     return pages
 
 
-def plan_scopes(counts: ContainerCounts, max_series: int, cluster: tuple[str, str] | None = None) -> list[Scope]:
+def plan_scopes(counts: ContainerCounts, max_series: int, cluster: tuple[str, str] | None = None,
+                split_by: str | None = None) -> list[Scope]:
     """Scopes covering every listed container once, each with at most ``max_series`` containers (a
-    single pod with more containers than that still gets its own scope)."""
+    single pod with more containers than that still gets its own scope); ``cluster`` and ``split_by`` as in
+    ``Scope`` (split: ``counts`` are keyed by cluster-qualified namespaces, and a scope spans clusters)."""
     if max_series < 1:
         raise ValueError("max_series must be at least 1")
+    make = partial(Scope, cluster=cluster, split_by=split_by)
     scopes: list[Scope] = []
     batch: list[str] = []
     size = 0
@@ -58,13 +61,13 @@ def plan_scopes(counts: ContainerCounts, max_series: int, cluster: tuple[str, st
         if n == 0:
             continue
         if n > max_series:
-            scopes += _pod_pages(namespace, counts[namespace], max_series, cluster)
+            scopes += _pod_pages(namespace, counts[namespace], max_series, make)
             continue
         if batch and size + n > max_series:
-            scopes.append(Scope(namespaces=tuple(batch), cluster=cluster))
+            scopes.append(make(namespaces=tuple(batch)))
             batch, size = [], 0
         batch.append(namespace)
         size += n
     if batch:
-        scopes.append(Scope(namespaces=tuple(batch), cluster=cluster))
+        scopes.append(make(namespaces=tuple(batch)))
     return scopes

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recommender.sources.promql import label_name
+from recommender.sources.promql import Scope, label_name
 
 READ_APIS = ("auto", "remote-read", "promql")
 
@@ -43,6 +43,11 @@ class PrometheusConfig:
     """Label that tells clusters apart in a shared backend (Thanos, Mimir, VictoriaMetrics), e.g. ``cluster``."""
     cluster_value: str | None = None
     """This cluster's value of ``cluster_label``; the matcher is added to every selector."""
+    many_clusters: bool = False
+    """One pass reads many clusters of the shared backend: the namespaces given to ``history`` are
+    cluster-qualified (``clusters.qualify(value of cluster_label, namespace)``), every query matches all
+    their clusters at once and is grouped by ``cluster_label`` too, and the batches' keys carry the qualified
+    namespaces. Needs ``cluster_label``, and no ``cluster_value``."""
     timeout_s: float = 120.0
     """Per-request timeout in seconds, client side and sent to Prometheus as ``timeout``."""
     retries: int = 3
@@ -100,7 +105,9 @@ class PrometheusConfig:
             raise ValueError("basic auth needs both a user name and a password")
         if (self.client_cert_file is None) != (self.client_key_file is None):
             raise ValueError("mutual TLS needs both client_cert_file and client_key_file")
-        if (self.cluster_label is None) != (self.cluster_value is None):
+        if self.many_clusters and (self.cluster_label is None or self.cluster_value is not None):
+            raise ValueError("many_clusters needs cluster_label and no cluster_value")
+        if not self.many_clusters and (self.cluster_label is None) != (self.cluster_value is None):
             raise ValueError("cluster_label and cluster_value go together")
         if self.cluster_label is not None:
             label_name(self.cluster_label)
@@ -136,6 +143,15 @@ class PrometheusConfig:
         if self.cluster_label is None or self.cluster_value is None:
             return None
         return (self.cluster_label, self.cluster_value)
+
+    @property
+    def split_by(self) -> str | None:
+        """The label a multi-cluster pass splits its answers by (``many_clusters``), else None."""
+        return self.cluster_label if self.many_clusters else None
+
+    def scope(self, namespaces: tuple[str, ...], pods: tuple[str, ...] = ()) -> Scope:
+        """A query scope of this backend: with the one cluster's matcher, or split by the cluster label."""
+        return Scope(namespaces=namespaces, pods=pods, cluster=self.cluster, split_by=self.split_by)
 
     @property
     def cpu_rate_window_s(self) -> int:

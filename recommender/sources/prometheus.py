@@ -140,8 +140,7 @@ class PrometheusSource:
         means PromQL for good; an unreachable backend means PromQL for this pass, asked again on the next."""
         if self._remote is None:
             at_ms = round(at_s * 1000)
-            matchers = promql.remote_matchers("container_cpu_usage_seconds_total",
-                                              promql.Scope(namespaces=(namespace,), cluster=self.config.cluster))
+            matchers = promql.remote_matchers("container_cpu_usage_seconds_total", self.config.scope((namespace,)))
             try:
                 self._transport.decode_read(self._transport.fetch("read", remote_read.request_body(
                     [(matchers, at_ms - 1, at_ms)])))
@@ -245,17 +244,17 @@ class PrometheusSource:
 
     def _plan(self, wire: Wire, names: tuple[str, ...], grid: GridRange,
               ) -> tuple[list[promql.Scope], set[PodKey]]:
-        everything = promql.Scope(namespaces=names, cluster=self.config.cluster)
+        everything = self.config.scope(names)
         form = [("match[]", m) for m in promql.series_matchers(everything)]
         form += [("start", seconds_param(grid.first_s - self.config.cpu_rate_window_s)),
                  ("end", seconds_param(grid.last_s))]
         data = self._transport.decode(wire.now(*self._forms.form("series", form)))
         if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise PermanentSourceError("malformed series list", endpoint="series")
-        label_sets = [{str(k): str(v) for k, v in d.items()} for d in data]
+        label_sets = self._forms.series_labels(data, names)
         listed = {(d.get("namespace", ""), d.get("pod", ""), d.get("container", "")) for d in label_sets}
         return plan_scopes(count_containers(label_sets), self.config.max_series_per_query,
-                           self.config.cluster), listed
+                           self.config.cluster, self.config.split_by), listed
 
     def _read_scope(self, wire: Wire, scope: promql.Scope, grid: GridRange, parts: list[Part],
                     dropped: Counter[str]) -> OwnerIndex:
@@ -281,12 +280,13 @@ class PrometheusSource:
                 rows = raw_rows.setdefault(index, [])
                 part_jobs = [Job(self._forms.read_form(scope, metric, part.chunk, window),
                                   functools.partial(self._raw_answer, part=part, rows=rows, per_step=per_step,
-                                                    window_s=window))
+                                                    window_s=window, scope=scope))
                              for (metric, window), per_step in zip(raw_metrics(part),
                                                                    (rates, peaks, rates, rates), strict=True)]
             else:
                 part_jobs = [Job(self._forms.range_form(query, part.chunk),
-                                  functools.partial(self._range_answer, part=part, name=name, dropped=dropped))
+                                  functools.partial(self._range_answer, part=part, name=name, dropped=dropped,
+                                                    scope=scope))
                              for name, query in (("cpu", promql.cpu_query(scope, part.window_s)),
                                                  ("memory", promql.memory_peak_query(scope, part.chunk.step_s)),
                                                  ("throttle", promql.throttle_query(scope, part.window_s,
@@ -302,7 +302,7 @@ class PrometheusSource:
                              + [job.request for job in usage_jobs])
         owners = OwnerIndex.from_rows(self._forms.labels(next(answers)), self._forms.labels(next(answers)),
                                       self._forms.labels(next(answers)))
-        seen = self._forms.oom_seen(next(answers)) if sparse else None
+        seen = self._forms.oom_seen(next(answers), scope) if sparse else None
         for job in usage_jobs:
             job.handle(next(answers))
         for index, rows in raw_rows.items():
@@ -312,8 +312,7 @@ class PrometheusSource:
             for name, per_key in (("cpu", cpu), ("memory", memory), ("throttle", share)):
                 keep(as_series(per_key, part.chunk), part, name, dropped)
         if seen:
-            narrow = promql.Scope(namespaces=tuple(sorted({k[0] for k in seen})),
-                                  pods=tuple(sorted({k[1] for k in seen})), cluster=scope.cluster)
+            narrow = self.config.scope(tuple(sorted({k[0] for k in seen})), tuple(sorted({k[1] for k in seen})))
             answers = wire.ahead([self._forms.oom_form(narrow, p.chunk) for p in parts])
             for part, fetched in zip(parts, answers, strict=True):
                 self._read_ooms(wire, narrow, part, fetched, seen, dropped)
@@ -339,11 +338,12 @@ class PrometheusSource:
         raise AssertionError("unreachable")
 
     def _raw_answer(self, fetched: Fetched, *, part: Part, rows: list[dict[PodKey, Rows]],
-                    per_step: Callable[..., Rows], window_s: float) -> None:
-        rows.append(self._forms.from_raw(fetched, part.chunk, per_step, window_s))
+                    per_step: Callable[..., Rows], window_s: float, scope: promql.Scope) -> None:
+        rows.append(self._forms.from_raw(fetched, part.chunk, per_step, window_s, scope))
 
-    def _range_answer(self, fetched: Fetched, *, part: Part, name: str, dropped: Counter[str]) -> None:
-        keep(self._forms.matrix(fetched, part.chunk), part, name, dropped)
+    def _range_answer(self, fetched: Fetched, *, part: Part, name: str, dropped: Counter[str],
+                      scope: promql.Scope) -> None:
+        keep(self._forms.matrix(fetched, part.chunk, scope), part, name, dropped)
 
     def _read_ooms(self, wire: Wire, scope: promql.Scope, part: Part, fetched: Fetched,
                    only: set[PodKey] | None, dropped: Counter[str]) -> None:
@@ -353,7 +353,7 @@ class PrometheusSource:
         baseline_s = chunk.first_s - chunk.step_s
         events: dict[PodKey, list[tuple[float, int]]] = {}
         with_baseline = GridRange(first_s=baseline_s, last_s=chunk.last_s, step_s=chunk.step_s)
-        for series in self._forms.matrix(fetched, with_baseline):
+        for series in self._forms.matrix(fetched, with_baseline, scope):
             if only is not None and series.pod_key not in only:
                 continue
             found = oom_increments(drop_invalid(series, dropped), baseline_s)

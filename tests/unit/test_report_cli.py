@@ -34,7 +34,7 @@ def test_flags_and_defaults() -> None:
     args = parse("--prometheus-url", "http://p:9090", "-n", "a", "-n", "b", "-l", "team=x", "--kind", "Deployment",
                  "--history", "14d", "-o", "markdown", "--context", "prod")
     assert (args.namespace, args.selector, args.kind, args.history, args.output, args.context) == (
-        ["a", "b"], "team=x", ["Deployment"], 14 * 86400.0, "markdown", "prod")
+        ["a", "b"], "team=x", ["Deployment"], 14 * 86400.0, "markdown", ["prod"])  # repeatable: one per cluster
     assert parse("--prometheus-url", "http://p").output == "table"
     assert parse("--prometheus-url", "http://p").strategy == "podtailor"
 
