@@ -235,6 +235,24 @@ def test_values_change_what_they_name_and_nothing_else() -> None:
     assert sorted(map(key, bare)) == sorted(key(o) for o in default if o["kind"] not in gone)
 
 
+def test_the_updaters_prometheus_adds_its_flag_and_its_egress_and_nothing_else() -> None:
+    """``updater.prometheusUrl`` (for the canary analyses): unset, the render is the default one; set, the updater
+    gets ``--prometheus-url`` and one more NetworkPolicy, its egress to Prometheus's port in the monitoring
+    namespace, and no other object changes."""
+    default = render()
+    changed = render("updater.prometheusUrl=http://prometheus-operated.obs.svc:9090", "monitoringNamespace=obs")
+    added = [o for o in changed if o["kind"] == "NetworkPolicy"
+             and o["metadata"]["name"] == "podtailor-updater-egress-prometheus"]
+    assert len(added) == 1 and len(changed) == len(default) + 1
+    [rule] = added[0]["spec"]["egress"]
+    assert rule["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9090}]
+    assert added[0]["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "updater"
+    args = container(changed, "podtailor-updater")["args"]
+    assert "--prometheus-url=http://prometheus-operated.obs.svc:9090" in args
+    assert not any(a.startswith("--prometheus-url") for a in container(default, "podtailor-updater")["args"])
+
+
 @pytest.mark.parametrize(("setting", "complaint"), [
     ("dryrun=true", "additional properties 'dryrun' not allowed"),
     ("dryRun=maybe", "/dryRun"),
@@ -242,6 +260,7 @@ def test_values_change_what_they_name_and_nothing_else() -> None:
     ("recommender.prometheusUrl=prometheus:9090", "/recommender/prometheusUrl"),
     ("recommender.port=0", "/recommender/port"),
     ("updater.extraArgs={run}", "/updater/extraArgs/0"),
+    ("updater.prometheusUrl=prometheus:9090", "/updater/prometheusUrl"),
     ("webhook.failurePolicy=Open", "/webhook/failurePolicy"),
     ("namespace.name=Podtailor_System", "/namespace/name"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
