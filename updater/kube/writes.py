@@ -148,14 +148,15 @@ def container_resources(v: ContainerValues) -> dict[str, Any]:
 
 def resize_body(uid: str, resource_version: str, values: Sequence[ContainerValues]) -> dict[str, Any]:
     """The ``pods/resize`` patch: the pod's uid and resourceVersion as preconditions, and only the containers
-    that change, sidecars (restartable init containers) under ``initContainers``."""
+    that change, sidecars (restartable init containers) and plain init containers under ``initContainers``
+    (strategic merge matches both lists by name)."""
     spec: dict[str, Any] = {}
-    regular = [container_resources(v) for v in values if not v.sidecar]
-    sidecars = [container_resources(v) for v in values if v.sidecar]
+    regular = [container_resources(v) for v in values if not (v.sidecar or v.init)]
+    inits = [container_resources(v) for v in values if v.sidecar or v.init]
     if regular:
         spec["containers"] = regular
-    if sidecars:
-        spec["initContainers"] = sidecars
+    if inits:
+        spec["initContainers"] = inits
     return {"metadata": {"uid": uid, "resourceVersion": resource_version}, "spec": spec}
 
 

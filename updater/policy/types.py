@@ -139,6 +139,8 @@ class NodeView:
     memory_pressure: bool = False
     allocatable: Resources = field(default_factory=Resources)
     unschedulable: bool = False
+    declared_features: frozenset[str] = frozenset()
+    """``status.declaredFeatures`` (KEP-5328): what the node's kubelet says it supports (empty: none declared)."""
 
 
 # ------------------------------------------------------------------------------------------------ policy

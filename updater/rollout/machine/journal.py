@@ -93,6 +93,8 @@ class ContainerValues:
     requests: Resources
     limits: Resources
     sidecar: bool = False
+    init: bool = False
+    """A plain init container (written under ``initContainers``, like a sidecar)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,12 +183,15 @@ def _values(v: ContainerValues) -> dict[str, Any]:
         out["limits"] = limits
     if v.sidecar:
         out["sidecar"] = True
+    if v.init:
+        out["init"] = True
     return out
 
 
 def _unvalues(d: Mapping[str, Any]) -> ContainerValues:
     return ContainerValues(name=str(d["name"]), requests=_unres(d.get("requests") or {}),
-                           limits=_unres(d.get("limits") or {}), sidecar=bool(d.get("sidecar", False)))
+                           limits=_unres(d.get("limits") or {}), sidecar=bool(d.get("sidecar", False)),
+                           init=bool(d.get("init", False)))
 
 
 def _without_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
