@@ -32,6 +32,8 @@ from updater.kube.writes import resize_body
 from updater.policy.quota import usage
 from updater.policy.types import Action, PodDecision
 from updater.rollout.machine import lifecycle as machine
+from updater.rollout.machine.effects import resize_effect
+from updater.rollout.machine.entries import entries_for
 from updater.rollout.machine.fallback import infeasible_uids
 from updater.rollout.machine.journal import ContainerValues, EntryState, from_object, to_status
 
@@ -234,3 +236,28 @@ def test_server_features_default_to_the_older_answers() -> None:
     old = ServerFeatures(resize_subresource=True, resize_validator=False, pod_level_resize=False,
                          deferred_above_allocatable=False)
     assert (old.init_container_resize, old.node_declared_features) == (False, False)
+
+
+def test_a_pod_level_change_is_journaled_written_with_the_containers_and_restored() -> None:
+    # pod-level cpu 1000m over app 500m; app 500m -> 750m (x1.5): pod-level 1000m -> 1500m, memory 1Gi kept.
+    p = pod(pod_level=res(cpu=1000, mem=GI))
+    result = run([p], features=features_for(1, 37))
+    _, entries = entries_for(result.decisions, result, "general", {}, {"shop/web-0": p})
+    (e,) = entries
+    assert (e.pod_level_before, e.pod_level_after) == (res(1000, GI), res(1500, GI))
+    apply, revert = resize_effect(e, machine.Purpose.APPLY), resize_effect(e, machine.Purpose.REVERT)
+    assert (apply.pod_level, revert.pod_level) == (res(1500, GI), res(1000, GI))
+    body = resize_body("uid", "1", apply.values, apply.pod_level)
+    assert body["spec"]["resources"] == {"requests": {"cpu": "1500m", "memory": "1Gi"}}
+    assert body["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "750m"
+    assert "resources" not in resize_body("uid", "1", apply.values)["spec"]
+    obj = {"metadata": {"name": "r", "resourceVersion": "1"}, "spec": {"pool": "p1", "policy": "default"},
+           "status": to_status(rollout(e, batches=1))}
+    assert from_object(obj).entries == (e,)
+
+
+def test_a_pod_without_pod_level_resources_journals_none() -> None:
+    result = run(features=features_for(1, 37))
+    _, (e,) = entries_for(result.decisions, result, "general", {}, {"shop/web-0": pod()})
+    assert (e.pod_level_before, e.pod_level_after) == (None, None)
+    assert "podLevelAfter" not in to_status(rollout(e, batches=1))["entries"][0]

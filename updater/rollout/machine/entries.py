@@ -66,6 +66,8 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
                 after=tuple(ContainerValues(name=c.name, requests=c.new_requests, limits=c.new_limits,
                                             sidecar=c.name in sidecars, init=c.name in inits) for c in d.changes),
                 restarting=frozenset(c.name for c in d.changes if c.restarts), restarts_before=restarts,
+                pod_level_before=d.old_pod_level if d.new_pod_level is not None else None,
+                pod_level_after=d.new_pod_level,
                 drain=any(c.restarts for c in d.changes) and key in pods and pods[key].gated))
     return batches, entries
 
