@@ -261,3 +261,13 @@ def test_a_pod_without_pod_level_resources_journals_none() -> None:
     _, (e,) = entries_for(result.decisions, result, "general", {}, {"shop/web-0": pod()})
     assert (e.pod_level_before, e.pod_level_after) == (None, None)
     assert "podLevelAfter" not in to_status(rollout(e, batches=1))["entries"][0]
+
+
+def test_a_fallback_carries_no_init_container_change() -> None:
+    # Node 3000m: app 1500m -> 3500m is above it (fallback); setup 200m -> 400m would be resizable in place,
+    # but a replacement never changes a plain init container, so the fallback carries app's change alone.
+    p = pod(containers=[container(cpu=1500), container("setup", cpu=200, init=True)])
+    d = run([p], [wtarget(ctarget(cpu=3500), ctarget("setup", cpu=400))], nodes=[node(cpu=3000)],
+            features=features_for(1, 37)).decisions[0]
+    assert (d.action, d.reason) == (Action.FALLBACK, Reason.ABOVE_NODE)
+    assert changed(d) == {"app": 3500}

@@ -361,6 +361,18 @@ def judge(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal
                    message=f"resize in place, largest request change {proposal.size:.0%}")
 
 
+def _acted_on(pod: PodView, verdict: Verdict, proposal: Proposal | None) -> tuple[ContainerChange, ...]:
+    """The changes the decision carries. A replacement never changes a plain init container (the webhook leaves
+    them as the template has them, and the template fallback patches ``containers``), so a fallback carries
+    none of theirs."""
+    if proposal is None:
+        return ()
+    if verdict.action != Action.FALLBACK:
+        return proposal.active
+    inits = {c.name for c in pod.containers if c.init}
+    return tuple(c for c in proposal.active if c.name not in inits)
+
+
 def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
     """The pod's decision, and the proposal it was based on (None when the pod was skipped before it)."""
     target = ctx.targets.get(workload_key(pod))
@@ -380,6 +392,6 @@ def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
     decision = PodDecision(
         namespace=pod.namespace, pod=pod.name, uid=pod.uid, resource_version=pod.resource_version, pool=pod.pool,
         workload_kind=pod.workload_kind, workload_name=pod.workload_name, action=verdict.action,
-        reason=verdict.reason, message=verdict.message, changes=() if proposal is None else proposal.active,
+        reason=verdict.reason, message=verdict.message, changes=_acted_on(pod, verdict, proposal),
         old_pod_level=pod.pod_level, new_pod_level=None if proposal is None else proposal.new_pod_level)
     return decision, proposal
