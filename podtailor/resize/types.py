@@ -148,6 +148,8 @@ class Reason(enum.StrEnum):
     NO_CONTROLLER = "no-controller-not-evicted"
     IN_PROGRESS_TIMEOUT = "in-progress-timeout"
     POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"
+    POD_LEVEL_LIMIT = "above-pod-level-limit"
+    """The change would put a request or a container limit above the pod-level limit, which it leaves alone."""
     NODE_FEATURE = "node-feature-not-declared"
     """The change needs a feature the pod's node does not declare (``node.status.declaredFeatures``): the pod waits,
     unchanged, re-planned every pass, until its kubelet declares it; never handed to the fallback."""

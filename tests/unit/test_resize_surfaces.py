@@ -271,3 +271,28 @@ def test_a_fallback_carries_no_init_container_change() -> None:
             features=features_for(1, 37)).decisions[0]
     assert (d.action, d.reason) == (Action.FALLBACK, Reason.ABOVE_NODE)
     assert changed(d) == {"app": 3500}
+
+
+def test_a_change_above_the_pod_level_limit_is_left_alone_with_why() -> None:
+    # Pod-level requests 1000m, limit 1200m: app 500m -> 750m derives pod-level 1500m (x1.5) > 1200m.
+    p = pod(pod_level=res(cpu=1000, mem=GI), pod_level_limits=res(cpu=1200))
+    d = decide_one(p, features=features_for(1, 37))
+    assert (d.action, d.reason) == (Action.SKIP, Reason.POD_LEVEL_LIMIT)
+    assert d.message.startswith("pod-level cpu request would be 1500 above the pod-level limit 1200")
+    # Pod-level limit only: app's limit 1000m -> 1500m (the ratio kept) would pass the pod-level limit 1200m.
+    q = pod(containers=[container(cpu_lim=1000)], pod_level_limits=res(cpu=1200))
+    d = decide_one(q, features=features_for(1, 37))
+    assert (d.action, d.reason) == (Action.SKIP, Reason.POD_LEVEL_LIMIT) and "cpu limit of app" in d.message
+    # Room under a pod-level limit of 2 CPUs: resized.
+    assert decide_one(replace(p, pod_level_limits=res(cpu=2000)), features=features_for(1, 37)).action == \
+        Action.RESIZE_ONLINE
+
+
+def test_a_pods_pod_level_limits_are_read() -> None:
+    raw = {"metadata": {"namespace": "ns", "name": "p", "uid": "u", "generation": 1,
+                        "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"nodeName": "n1", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}},
+                    "containers": [{"name": "app"}]},
+           "status": {"phase": "Running", "observedGeneration": 1}}
+    view, _ = convert_pod(raw, {}, lambda *_: ("Pod", "p"))
+    assert view is not None and (view.pod_level, view.pod_level_limits) == (res(1000), res(2000))

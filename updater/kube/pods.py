@@ -209,6 +209,7 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
         annotations=annotations,
         labels=string_map(meta.get("labels"), f"{where}.labels"),
         pod_level=optional_resources((spec.get("resources") or {}).get("requests"), f"{where}.spec.resources"),
+        pod_level_limits=optional_resources((spec.get("resources") or {}).get("limits"), f"{where}.spec.resources"),
         resize_in_progress_since_s=optional_timestamp_s((progress or {}).get("lastTransitionTime"),
                                                         f"{where}.PodResizeInProgress"),
         ready_since_s=optional_timestamp_s((condition(status, "Ready") or {}).get("lastTransitionTime"),

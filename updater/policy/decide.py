@@ -36,7 +36,14 @@ from podtailor.resize.types import ContainerChange, ContainerView, LimitRangeVie
 from podtailor.resources import Resources, human_amount
 from podtailor.vpa import ACTED_MODES, UpdateMode
 from updater.answers import PendingReason, ServerFeatures, above_allocatable_answer
-from updater.policy.surfaces import Held, aggregate_requests, hold_init_changes, pod_level_waits
+from updater.policy.surfaces import (
+    Held,
+    aggregate,
+    hold_init_changes,
+    pod_level,
+    pod_level_limit_breach,
+    pod_level_waits,
+)
 from updater.policy.types import Action, FallbackMode, NodeView, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
 WorkloadKey = tuple[str, str, str]
@@ -262,31 +269,6 @@ def propose(pod: PodView, target: WorkloadTarget, ctx: Context, *, no_decrease: 
     return Proposal(changes=kept, new_pod_level=pod_level(pod.pod_level, kept, pod.containers), held=held)
 
 
-def aggregate(changes: tuple[ContainerChange, ...], views: tuple[ContainerView, ...], *, new: bool) -> Resources:
-    """The pod's aggregate requests before or after ``changes`` (one per view), as the API server counts them."""
-    return aggregate_requests((c.new_requests if new else c.old_requests, v.sidecar, v.init)
-                              for c, v in zip(changes, views, strict=True))
-
-
-def pod_level(old: Resources | None, changes: tuple[ContainerChange, ...],
-              views: tuple[ContainerView, ...]) -> Resources | None:
-    """Scale each pod-level request by (new aggregate container requests) / (old aggregate), rounding up, and
-    never below the new aggregate (the API requires pod-level >= the containers' aggregate,
-    ``validatePodResourceConsistency``). None: unchanged."""
-    if old is None:
-        return None
-    new = old
-    before_all, after_all = aggregate(changes, views, new=False), aggregate(changes, views, new=True)
-    for name in ch.RESOURCES:
-        amount = ch.get(old, name)
-        if amount is None:
-            continue
-        before, after = ch.get(before_all, name) or 0, ch.get(after_all, name) or 0
-        scaled = -(-amount * after // before) if before > 0 else amount
-        new = ch.put(new, name, max(1, scaled, after))
-    return None if new == old else new
-
-
 def _inside_bounds(pod: PodView, target: WorkloadTarget) -> bool:
     return all(ch.inside_bounds(view, target.containers[view.name])
                for view in pod.containers if view.name in target.containers)
@@ -328,6 +310,8 @@ def _feasibility(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: P
     waits = pod_level_waits(ctx.nodes.get(pod.node), ctx.features) if proposal.new_pod_level is not None else None
     if waits is not None:
         return _skip(Reason.NODE_FEATURE, waits)
+    if (breach := pod_level_limit_breach(pod.pod_level_limits, proposal.new_pod_level, proposal.active)) is not None:
+        return _skip(Reason.POD_LEVEL_LIMIT, breach)
     why = _above_node(ctx.nodes[pod.node], proposal, pod.containers)
     if why is not None:
         return fallback(pod, target, ctx, Reason.ABOVE_NODE, f"{why}: {above_allocatable_answer(ctx.features)}")

@@ -62,6 +62,8 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     pod_level: Resources | None = None
     """Pod-level ``spec.resources.requests`` (KEP-2837), None when not used."""
+    pod_level_limits: Resources | None = None
+    """Pod-level ``spec.resources.limits``, None when not set (never changed by the updater)."""
     deleting: bool = False
     resize_pending_since_s: float | None = None
     """When the PodResizePending condition appeared (its lastTransitionTime), None when unknown or absent."""
