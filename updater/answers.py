@@ -27,6 +27,13 @@ functions here; the state machine and the planner read only the kinds. Upstream,
   ``pkg/kubelet/status/status_manager.go``), never Infeasible. Static pods never get that far: the API
   server refuses their resize ("static pods cannot be resized", ``validation.go``), and the planner skips
   mirror pods.
+- ``NodeDeclaredFeatureValidator`` (``plugin/pkg/admission/nodedeclaredfeatures/admission.go``,
+  ``validatePodUpdate``), on by default from 1.36 (beta; GA and locked on in 1.37): a 403 "pod update requires
+  features <names> which are not available on node \"<node>\"" (``admission.NewForbidden``, no cause type) when
+  a resize changes a plain init container's or the pod-level resources and the pod's node does not list the
+  feature in ``node.status.declaredFeatures``. The names are ``NodeFeature``'s (the ``Name()`` of
+  ``nonSidecarInitContainerResizeFeature`` and ``podLevelResourcesResizeFeature``,
+  ``k8s.io/component-helpers/nodedeclaredfeatures/features/inplacepodresize``, v0.37.2).
 """
 
 from __future__ import annotations
@@ -80,11 +87,26 @@ class Refusal(enum.StrEnum):
     """403 from ResourceQuota admission. Never goes to the fallback: the replacement would be refused too."""
     NOT_NOW = "not-now"
     """429 with no budget as its cause (API Priority and Fairness): the write waits, retried after a back-off."""
+    NODE_FEATURE = "node-feature"
+    """403 from NodeDeclaredFeatureValidator (1.36+): the pod's node does not declare the feature the change
+    needs (a plain init container's or the pod-level resources), e.g. a kubelet not yet upgraded. Never goes to
+    the fallback: the pod waits, unchanged, until its node declares it (the planner reads the node's
+    ``declaredFeatures`` each pass and writes nothing before then)."""
     DISRUPTION_BUDGET = "disruption-budget"
     """The Eviction API's refusal by the pod's PodDisruptionBudget (cause type ``DisruptionBudget``; a 429, or a
     403 while the budget's status is unusable): that pod's outcome for now, never its batch's. It stays at its
     size and is retried after a back-off; the other pods go on (``updater.rollout.machine.effects.answered``)."""
     OTHER = "other"
+
+
+class NodeFeature(enum.StrEnum):
+    """The ``node.status.declaredFeatures`` names a resize may need (component-helpers
+    ``nodedeclaredfeatures/features/inplacepodresize``, v0.37.2: each feature's ``Name()`` is its feature gate)."""
+
+    INIT_CONTAINER_RESIZE = "InPlacePodVerticalScalingInitContainers"
+    """Needed to change a plain (non-sidecar) init container's resources (``nonsidecar_initcontainers_resize.go``)."""
+    POD_LEVEL_RESIZE = "InPlacePodLevelResourcesVerticalScaling"
+    """Needed to change the pod-level ``spec.resources`` (``pod_level_resource_resize.go``)."""
 
 
 class InfeasibleCause(enum.StrEnum):
@@ -115,6 +137,9 @@ _INFEASIBLE_TEXTS: tuple[tuple[str, InfeasibleCause], ...] = (
 ``canResizePod`` for NODE_CAPACITY)."""
 
 _QUOTA_PREFIXES = ("exceeded quota:", "must specify ", "status unknown for quota:")
+_NODE_FEATURE_PREFIX, _NODE_FEATURE_SUFFIX = "pod update requires features ", " which are not available on node "
+"""NodeDeclaredFeatureValidator's refusal, ``validatePodUpdate`` (admission.go, v1.37.2): "pod update requires
+features %s which are not available on node %q"."""
 
 
 def infeasible_cause(message: str) -> InfeasibleCause:
@@ -151,6 +176,8 @@ def forbidden_refusal(message: str, cause_types: Iterable[str] = ()) -> Refusal:
         return Refusal.QUOTA
     if reason.startswith("node didn't have enough allocatable resources"):
         return Refusal.ABOVE_ALLOCATABLE  # a 1.36+ server that lost the cause type on the way (a proxy)
+    if reason.startswith(_NODE_FEATURE_PREFIX) and _NODE_FEATURE_SUFFIX in reason:
+        return Refusal.NODE_FEATURE
     return Refusal.OTHER
 
 
@@ -165,6 +192,14 @@ class ServerFeatures:
     marks it Infeasible. Either way it goes to the fallback; the planner's message says which answer to expect."""
     pod_level_resize: bool
     """KEP-5419 in-place pod-level resize, beta and on by default (1.36+)."""
+    init_container_resize: bool = False
+    """Plain (non-sidecar) init containers are resizable in place (``InPlacePodVerticalScalingInitContainers``:
+    beta and on by default in 1.36, GA in 1.37). Up to 1.35 the API server refuses any change to them
+    ("resources for non-sidecar init containers are immutable", ``ValidatePodResize``)."""
+    node_declared_features: bool = False
+    """NodeDeclaredFeatureValidator refuses an init-container or pod-level resize on a node that does not declare
+    the feature (1.36+: both resize features depend on the ``NodeDeclaredFeatures`` gate, beta and on by default
+    in 1.36, GA in 1.37; the admission plugin is on by default, ``pkg/kubeapiserver/options/plugins.go``)."""
     deferred_above_allocatable: bool
     """A resize that passed the API server but does not fit the kubelet's view is Deferred, never Infeasible
     (1.36+): it is waited for, bounded by the Deferred timeout, then handed to the fallback."""
@@ -172,8 +207,10 @@ class ServerFeatures:
 
 def features_for(major: int, minor: int) -> ServerFeatures:
     version = (major, minor)
-    return ServerFeatures(resize_subresource=version >= (1, 32), resize_validator=version >= (1, 36),
-                          pod_level_resize=version >= (1, 36), deferred_above_allocatable=version >= (1, 36))
+    since_136 = version >= (1, 36)
+    return ServerFeatures(resize_subresource=version >= (1, 32), resize_validator=since_136,
+                          pod_level_resize=since_136, deferred_above_allocatable=since_136,
+                          init_container_resize=since_136, node_declared_features=since_136)
 
 
 def above_allocatable_answer(features: ServerFeatures) -> str:

@@ -79,6 +79,9 @@ class ContainerView:
     """resource ("cpu"/"memory") -> its resize restart policy; missing means NotRequired."""
     sidecar: bool = False
     """A restartable init container (resizable like a regular container)."""
+    init: bool = False
+    """A plain (non-sidecar) init container: resizable in place only where the server allows it (1.36+), never
+    restarted by a resize; it does not add to the pod's sum of requests (it runs before the others)."""
     restart_count: int = 0
     actual: Resources | None = None
     """``status.containerStatuses[].resources.requests`` as the kubelet reports them (None: not reported)."""
@@ -145,6 +148,11 @@ class Reason(enum.StrEnum):
     NO_CONTROLLER = "no-controller-not-evicted"
     IN_PROGRESS_TIMEOUT = "in-progress-timeout"
     POD_LEVEL_UNSUPPORTED = "pod-level-resize-unsupported"
+    POD_LEVEL_LIMIT = "above-pod-level-limit"
+    """The change would put a request or a container limit above the pod-level limit, which it leaves alone."""
+    NODE_FEATURE = "node-feature-not-declared"
+    """The change needs a feature the pod's node does not declare (``node.status.declaredFeatures``): the pod waits,
+    unchanged, re-planned every pass, until its kubelet declares it; never handed to the fallback."""
     NODE_UNKNOWN = "node-unknown"
     QUOTA = "quota"
     STATIC_POD = "static-pod"

@@ -267,11 +267,11 @@ class CountingResizer:
         self.calls: list[ResizeCall] = []
 
     def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
-               values: Sequence[ContainerValues]) -> int:
+               values: Sequence[ContainerValues], pod_level: Resources | None = None) -> int:
         start = time.time()
         try:
             generation: int = self.meter.timed("pods/resize", lambda: self.inner.resize(
-                namespace, pod, uid, resource_version, values))
+                namespace, pod, uid, resource_version, values, pod_level))
         finally:
             with self.meter.lock:
                 self.calls.append(ResizeCall(key=f"{namespace}/{pod}", start=start, end=time.time()))

@@ -328,9 +328,10 @@ class RecordingResizer(PodResizer):
         self.calls: list[ResizeCall] = []
         self.lock = threading.Lock()
 
-    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Sequence[Any]) -> int:
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Sequence[Any],
+               pod_level: Any = None) -> int:
         try:
-            gen = super().resize(namespace, pod, uid, resource_version, values)
+            gen = super().resize(namespace, pod, uid, resource_version, values, pod_level)
         except Exception as err:
             with self.lock:
                 self.calls.append(ResizeCall(at=time.monotonic(), pod=f"{namespace}/{pod}",

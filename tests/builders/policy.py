@@ -2,7 +2,8 @@
 
 NOW = 1_700_000_000.0 is Tuesday 2023-11-14 22:13:20 UTC (weekday 1, minute 1333). Defaults: one pod
 ``shop/web-0`` of Deployment ``shop/web`` (3 replicas) on node ``n1`` of pool ``general`` (4 cores, 16 GiB),
-one hour old, Ready, one container ``app`` with cpu 500m and memory 512 MiB requests and no limits.
+one hour old, Ready, one container ``app`` with cpu 500m and memory 512 MiB requests and no limits. The node
+declares both resize features (``updater.answers.NodeFeature``), as a 1.37 kubelet's does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from podtailor.resize.changes import qos_class
 from podtailor.resize.types import ContainerTarget, ContainerView, LimitRangeView
 from podtailor.resources import Resources
 from podtailor.vpa import UpdateMode
+from updater.answers import NodeFeature
 from updater.policy.planner import plan
 from updater.policy.types import HpaView, NodeView, Plan, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
@@ -29,9 +31,9 @@ def res(cpu: int | None = None, mem: int | None = None) -> Resources:
 
 def container(name: str = "app", *, cpu: int | None = 500, mem: int | None = 512 * MI, cpu_lim: int | None = None,
               mem_lim: int | None = None, policy: Mapping[str, str] | None = None,
-              sidecar: bool = False) -> ContainerView:
+              sidecar: bool = False, init: bool = False) -> ContainerView:
     return ContainerView(name=name, requests=res(cpu, mem), limits=res(cpu_lim, mem_lim),
-                         resize_policy=dict(policy or {}), sidecar=sidecar)
+                         resize_policy=dict(policy or {}), sidecar=sidecar, init=init)
 
 
 def pod(name: str = "web-0", *, ns: str = "shop", workload: str = "web", kind: str = "Deployment",
@@ -61,8 +63,9 @@ def wtarget(*containers: ContainerTarget, ns: str = "shop", workload: str = "web
 
 
 def node(name: str = "n1", *, pool: str = "general", cpu: int = 4000, mem: int = 16 * GI, ready: bool = True,
-         pressure: bool = False) -> NodeView:
-    return NodeView(name=name, pool=pool, ready=ready, memory_pressure=pressure, allocatable=res(cpu, mem))
+         pressure: bool = False, declared: Iterable[str] = tuple(NodeFeature)) -> NodeView:
+    return NodeView(name=name, pool=pool, ready=ready, memory_pressure=pressure, allocatable=res(cpu, mem),
+                    declared_features=frozenset(declared))
 
 
 def run(pods: Iterable[PodView] | None = None, targets: Iterable[WorkloadTarget] | None = None, *,

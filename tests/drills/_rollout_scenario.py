@@ -88,10 +88,11 @@ class CountingResizer(PodResizer):
         super().__init__(api)
         self.log = log
 
-    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Sequence[Any]) -> int:
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Sequence[Any],
+               pod_level: Any = None) -> int:
         t = time.time()
         try:
-            out = super().resize(namespace, pod, uid, resource_version, values)
+            out = super().resize(namespace, pod, uid, resource_version, values, pod_level)
         except Exception as err:
             self.log.add(Call(t=t, kind="resize", key=f"{namespace}/{pod}", uid=uid, ok=False, error=str(err)))
             raise

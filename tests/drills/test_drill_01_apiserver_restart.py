@@ -49,8 +49,9 @@ class StopsApiServer(RecordingResizer):
         self.local, self.after, self.local_api = local, after, api
         self.down_at: float | None = None
 
-    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Sequence[Any]) -> int:
-        gen = super().resize(namespace, pod, uid, resource_version, values)
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Sequence[Any],
+               pod_level: Any = None) -> int:
+        gen = super().resize(namespace, pod, uid, resource_version, values, pod_level)
         if self.down_at is None and len(self.landed()) == self.after:
             # The node simulator drops a status write that fails and never re-sends it (unlike kubelet's
             # status manager): let it report the landed resizes before the server goes away.

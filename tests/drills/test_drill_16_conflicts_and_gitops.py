@@ -95,7 +95,8 @@ class CompetingResizer(CountingResizer):
         self.raced: dict[str, str] = {}
         self.lock = threading.Lock()
 
-    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Any,
+               pod_level: Any = None) -> int:
         with self.lock:
             first = not self.raced
             if first:
@@ -103,7 +104,7 @@ class CompetingResizer(CountingResizer):
         if first:
             self.s.core.patch_namespaced_pod_resize(pod, namespace, {"spec": {"containers": [
                 {"name": "app", "resources": {"requests": {"cpu": "750m"}}}]}}, field_manager="other-manager")
-        return super().resize(namespace, pod, uid, resource_version, values)
+        return super().resize(namespace, pod, uid, resource_version, values, pod_level)
 
 
 def test_drill_16_a_409_on_resize_is_re_decided_and_never_overwrites(drill: tuple[DrillScenario, DrillRow]) -> None:

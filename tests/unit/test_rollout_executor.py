@@ -93,7 +93,8 @@ class Resizer:
         self.calls: list[str] = []
         self.intent_at_send: dict[str, EntryState | None] = {}
 
-    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def resize(self, namespace: str, pod: str, uid: str, resource_version: str, values: Any,
+               pod_level: Any = None) -> int:
         key = f"{namespace}/{pod}"
         with self.lock:
             self.calls.append(key)
@@ -173,7 +174,7 @@ def test_a_resize_the_api_server_did_not_answer_is_written_with_the_others_outco
     # of answers, so the outcome is written (and fails with the API server, failing the pass, as before).
     ex, store, resizer, _ = executor([pool_rollout("p1", 2)])
 
-    def flaky(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def flaky(namespace: str, pod: str, uid: str, resource_version: str, values: Any, pod_level: Any = None) -> int:
         resizer.calls.append(f"{namespace}/{pod}")
         if pod == "p1-1":
             raise TemporaryKubeError("resize pod ns/p1-1: connection refused")
@@ -257,7 +258,7 @@ class Crash(Exception):
 def test_a_crash_in_one_pool_is_raised_after_the_other_pools_step_is_recorded() -> None:
     ex, store, resizer, _ = executor([pool_rollout("p1", 1), pool_rollout("p2", 1)])
 
-    def dying(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def dying(namespace: str, pod: str, uid: str, resource_version: str, values: Any, pod_level: Any = None) -> int:
         if pod.startswith("p1"):
             raise Crash(pod)
         return 2
@@ -287,7 +288,7 @@ def test_a_bake_that_ends_while_another_pool_is_sending_starts_its_next_batch_in
     ex, store, resizer, recorder = executor([p1, p2])
     p2_sent = threading.Event()
 
-    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any, pod_level: Any = None) -> int:
         resizer.calls.append(f"{namespace}/{pod}")
         if pod == "p1-0" and not p2_sent.wait(timeout=5):
             raise AssertionError("p2's next batch was not started while p1 was sending")
@@ -332,7 +333,7 @@ def test_a_batch_verified_while_another_pool_is_sending_starts_baking_in_the_sam
     observations = ex.read().observations
     observations["ns/p2-0"] = obs("p2-0", NEW, OLD, generation=2, observed=2)  # spec changed, not actuated
 
-    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any, pod_level: Any = None) -> int:
         observations["ns/p2-0"] = obs("p2-0", NEW, generation=2, observed=2)  # the kubelet caught up
         for _ in range(100):
             if any(r.name == "bench-p2" and r.phase == Phase.BAKING for r in store.saved):
@@ -357,7 +358,7 @@ def test_a_rollout_whose_save_conflicted_is_not_stepped_again_from_its_unsaved_v
     ex.verify_poll_s = 0.05
     rounds = []
 
-    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any) -> int:
+    def slow(namespace: str, pod: str, uid: str, resource_version: str, values: Any, pod_level: Any = None) -> int:
         resizer.calls.append(f"{namespace}/{pod}")
         time.sleep(0.5)  # p2 sends long enough for several re-reads
         return 2

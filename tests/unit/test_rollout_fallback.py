@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -373,7 +374,7 @@ class _Resizer:
     """Accepts uid-a (generation 2), answers uid-b "not now" (429), refuses uid-c (422: invalid)."""
 
     def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
-               values: Sequence[ContainerValues]) -> int:
+               values: Sequence[ContainerValues], pod_level: Any = None) -> int:
         if uid == "uid-b":
             raise TemporaryKubeError("resize ns/b: 429 Too Many Requests", status=429)
         if uid == "uid-c":

@@ -1,14 +1,13 @@
-"""Nodes, VPAs, HPAs and LimitRanges as the planner's values: one raw API dict in, one frozen value out.
-
-Owns the conversions the snapshot needs besides pods: a Node into ``NodeView`` (pool by ``podtailor.nodepool``,
-Ready and MemoryPressure from its conditions, allocatable, cordoned); a VerticalPodAutoscaler into
-``WorkloadTarget`` (read by ``podtailor.vpa``: each container recommendation's target and bounds, a bound
+"""Nodes, VPAs, HPAs and LimitRanges as the planner's values: one raw API dict in, one frozen value out. Owns the
+conversions the snapshot needs besides pods: a Node into ``NodeView`` (pool by ``podtailor.nodepool``, Ready and
+MemoryPressure from its conditions, allocatable, cordoned, the features it declares); a VerticalPodAutoscaler
+into ``WorkloadTarget`` (read by ``podtailor.vpa``: each container recommendation's target and bounds, a bound
 not written being the target, joined with the container's policy, the "*" policy as default; stale when our
-recommender's ``Stale`` condition is True; a VPA the base refuses, such as one with minAllowed above
-maxAllowed, is malformed); an autoscaling/v2 HPA into ``HpaView`` (the base's ``hpa_target`` with the
-workload identity the planner keys on); and a namespace's LimitRanges merged into one ``LimitRangeView``
-(the base's ``limit_range``; Container type only, the tightest min, max and limit/request ratio win).
-Malformed content raises ``MalformedObject``; the reader skips that object.
+recommender's ``Stale`` condition is True; a VPA the base refuses, such as one with minAllowed above maxAllowed,
+is malformed); an autoscaling/v2 HPA into ``HpaView`` (the base's ``hpa_target`` with the workload identity the
+planner keys on); and a namespace's LimitRanges merged into one ``LimitRangeView`` (the base's ``limit_range``;
+Container type only, the tightest min, max and limit/request ratio win). Malformed content raises
+``MalformedObject``; the reader skips that object.
 """
 
 from __future__ import annotations
@@ -32,7 +31,17 @@ def convert_node(obj: Obj, pool_label: str | None) -> NodeView:
     return NodeView(name=name, pool=node_pool(string_map(meta.get("labels"), f"node {name} labels"), pool_label),
                     ready=condition_true(status, "Ready"), memory_pressure=condition_true(status, "MemoryPressure"),
                     allocatable=resources(status.get("allocatable"), f"node {name} allocatable"),
-                    unschedulable=bool((obj.get("spec") or {}).get("unschedulable", False)))
+                    unschedulable=bool((obj.get("spec") or {}).get("unschedulable", False)),
+                    declared_features=_declared_features(status.get("declaredFeatures"), name))
+
+
+def _declared_features(raw: object, node: str) -> frozenset[str]:
+    """``status.declaredFeatures`` (a list of names, absent before 1.35 and on a node that declares none)."""
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list) or not all(isinstance(f, str) for f in raw):
+        raise MalformedObject(f"node {node} status.declaredFeatures: not a list of names")
+    return frozenset(raw)
 
 
 # ------------------------------------------------------------------------------------------------ VPAs

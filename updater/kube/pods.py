@@ -1,7 +1,8 @@
 """Pods as values: one raw Pod dict in, a ``PodView`` (what the planner decides on) and a ``PodObservation``
 (what verification and the canary gates read) out.
 
-Owns reading a pod's containers and native sidecars (restartable init containers) with their spec
+Owns reading a pod's containers, native sidecars (restartable init containers) and plain init containers
+(last, marked ``init``) with their spec
 requests and limits, resize policy, restart count and the resources the kubelet reports as actuated
 (``status.containerStatuses[].resources``); the QoS class (``status.qosClass``, else computed as the
 API server does); readiness; the resize conditions (PodResizePending reason and since when,
@@ -53,14 +54,15 @@ def _resize_policy(raw: object, where: str) -> dict[str, ResizeRestart]:
         raise MalformedObject(str(err)) from err
 
 
-def _container(c: Obj, sidecar: bool, st: Obj | None, where: str) -> tuple[ContainerView, ContainerObservation]:
+def _container(c: Obj, sidecar: bool, st: Obj | None, where: str,
+               init: bool = False) -> tuple[ContainerView, ContainerObservation]:
     res, actual = c.get("resources") or {}, (st or {}).get("resources")
     requests, limits = resources(res.get("requests"), f"{where}.requests"), resources(res.get("limits"),
                                                                                      f"{where}.limits")
     actual_requests = optional_resources(actual.get("requests") or {}, where) if actual is not None else None
     actual_limits = optional_resources(actual.get("limits") or {}, where) if actual is not None else None
     restarts = integer((st or {}).get("restartCount"), f"{where}.restartCount")
-    view = ContainerView(name=str(c.get("name", "")), requests=requests, limits=limits, sidecar=sidecar,
+    view = ContainerView(name=str(c.get("name", "")), requests=requests, limits=limits, sidecar=sidecar, init=init,
                          resize_policy=_resize_policy(c.get("resizePolicy"), where), restart_count=restarts,
                          actual=actual_requests, actual_limits=actual_limits)
     terminated = _last_termination(st or {})
@@ -169,8 +171,8 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
     ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     where = f"pod {ns}/{name}"
     statuses = _statuses(status)
-    pairs = [_container(c, sidecar, statuses.get(c.get("name", "")), f"{where} container {c.get('name')}")
-             for c, sidecar, _ in pod_containers(spec)]
+    pairs = [_container(c, sidecar, statuses.get(c.get("name", "")), f"{where} container {c.get('name')}", init)
+             for c, sidecar, init in pod_containers(spec, with_init=True)]
     resize = _resize_state(status, where)
     common: dict[str, Any] = {
         "namespace": ns, "name": name, "uid": str(meta.get("uid", "")),
@@ -207,6 +209,7 @@ def convert_pod(obj: Obj, pool_of_node: Mapping[str, str], owner_of: OwnerOf) ->
         annotations=annotations,
         labels=string_map(meta.get("labels"), f"{where}.labels"),
         pod_level=optional_resources((spec.get("resources") or {}).get("requests"), f"{where}.spec.resources"),
+        pod_level_limits=optional_resources((spec.get("resources") or {}).get("limits"), f"{where}.spec.resources"),
         resize_in_progress_since_s=optional_timestamp_s((progress or {}).get("lastTransitionTime"),
                                                         f"{where}.PodResizeInProgress"),
         ready_since_s=optional_timestamp_s((condition(status, "Ready") or {}).get("lastTransitionTime"),

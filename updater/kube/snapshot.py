@@ -9,7 +9,9 @@ what the API server supports (``updater.answers.features_for``). Support is judg
 the ``pods/resize`` subresource exists from 1.32; pod-level in-place resize (KEP-5419) is beta and on by
 default from 1.36 (alpha and off in 1.35, so 1.35 counts as unsupported; a feature gate turned off on a 1.36+
 cluster is not seen here and shows up as a rejected resize); the API server refuses a target above the node's
-allocatable with a 403 from 1.36, where up to 1.35 the kubelet answered Infeasible. An object with a malformed
+allocatable with a 403 from 1.36, where up to 1.35 the kubelet answered Infeasible; plain init containers are
+resizable, and an init-container or pod-level resize needs the node to declare the feature, from 1.36 (each
+node's ``declaredFeatures`` is on its ``NodeView``). An object with a malformed
 field is skipped with a warning and counted in ``Snapshot.skipped``; an API failure raises a ``KubeError``
 (``errors.py``).
 """

@@ -23,7 +23,7 @@ from kubernetes import client
 from podtailor.kube import events
 from podtailor.kube.errors import KubeError, classify, is_not_found
 from podtailor.kube.listing import REQUEST_TIMEOUT_S, Listing
-from podtailor.resources import parse_resources, quantities
+from podtailor.resources import Resources, parse_resources, quantities
 from updater.kube.informer import Informer, resource_version
 from updater.kube.refusals import write_error
 from updater.rollout.machine.journal import ContainerValues, Rollout, from_object, to_status
@@ -146,16 +146,21 @@ def container_resources(v: ContainerValues) -> dict[str, Any]:
     return {"name": v.name, "resources": res}
 
 
-def resize_body(uid: str, resource_version: str, values: Sequence[ContainerValues]) -> dict[str, Any]:
+def resize_body(uid: str, resource_version: str, values: Sequence[ContainerValues],
+                pod_level: Resources | None = None) -> dict[str, Any]:
     """The ``pods/resize`` patch: the pod's uid and resourceVersion as preconditions, and only the containers
-    that change, sidecars (restartable init containers) under ``initContainers``."""
+    that change, sidecars (restartable init containers) and plain init containers under ``initContainers``
+    (strategic merge matches both lists by name); ``pod_level``: the pod-level requests, written in the same
+    patch (the API server checks the result: pod-level >= the containers' aggregate), limits left alone."""
     spec: dict[str, Any] = {}
-    regular = [container_resources(v) for v in values if not v.sidecar]
-    sidecars = [container_resources(v) for v in values if v.sidecar]
+    regular = [container_resources(v) for v in values if not (v.sidecar or v.init)]
+    inits = [container_resources(v) for v in values if v.sidecar or v.init]
     if regular:
         spec["containers"] = regular
-    if sidecars:
-        spec["initContainers"] = sidecars
+    if inits:
+        spec["initContainers"] = inits
+    if pod_level is not None:
+        spec["resources"] = {"requests": quantities(pod_level)}
     return {"metadata": {"uid": uid, "resourceVersion": resource_version}, "spec": spec}
 
 
@@ -165,9 +170,9 @@ class PodResizer:
         self.field_manager = field_manager
 
     def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
-               values: Sequence[ContainerValues]) -> int:
+               values: Sequence[ContainerValues], pod_level: Resources | None = None) -> int:
         """Patch pods/resize; returns the pod's new generation. Raises Conflict on 409, KubeError otherwise."""
-        body = resize_body(uid, resource_version, values)
+        body = resize_body(uid, resource_version, values, pod_level)
         try:
             out = self.core.patch_namespaced_pod_resize(pod, namespace, body, field_manager=self.field_manager,
                                                         _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)

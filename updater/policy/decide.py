@@ -7,9 +7,12 @@ evict only as the fallback; InPlace never falls back), policy coverage (namespac
 without labels never matches a non-empty selector), frozen pool, unknown node, a resize in flight (Infeasible,
 and Deferred or InProgress past their timeouts, go to the fallback), not Ready, too young, BestEffort (never
 gains requests in place; left alone, unlike VPA which evicts them forever, autoscaler#9374). Then the change:
-below the threshold (or within bounds), stale target with only decreases, QoS class change (fallback),
-pod-level resources unsupported, above the node's allocatable (fallback), restartPolicy Never with a
-restarting change (fallback), restarting change outside the maintenance window or awaiting approval (skips).
+below the threshold (or within bounds; a change that waits for the node to declare a feature is a
+``node-feature-not-declared`` skip instead), stale target with only decreases, QoS class change (fallback),
+pod-level resources unsupported, a pod-level change on a node that does not declare the feature (skip, waits),
+above the node's allocatable (fallback), restartPolicy Never with a restarting change (fallback), restarting
+change outside the maintenance window or awaiting approval (skips). Plain init containers' changes the server's
+version, their resizePolicy or the node cannot take are left out first (``surfaces.py``), said in the message.
 A fallback is taken only when allowed: policy fallback not none, mode not InPlace, the pod has a controller,
 the workload has more than one replica (unless allowed) and the pod is not marked do-not-disrupt; otherwise
 the pod is skipped, with the reason that blocked it and the fallback it would have taken in the message.
@@ -24,15 +27,23 @@ never through the fallback: an un-boost that cannot be done in place leaves the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from podtailor.resize import changes as ch
 from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
 from podtailor.resize.boost import BoostRecord, read_annotation
-from podtailor.resize.types import ContainerChange, LimitRangeView, PodRestartPolicy, QoS, Reason
+from podtailor.resize.types import ContainerChange, ContainerView, LimitRangeView, PodRestartPolicy, QoS, Reason
 from podtailor.resources import Resources, human_amount
 from podtailor.vpa import ACTED_MODES, UpdateMode
 from updater.answers import PendingReason, ServerFeatures, above_allocatable_answer
+from updater.policy.surfaces import (
+    Held,
+    aggregate,
+    hold_init_changes,
+    pod_level,
+    pod_level_limit_breach,
+    pod_level_waits,
+)
 from updater.policy.types import Action, FallbackMode, NodeView, PodDecision, PodView, RolloutPolicy, WorkloadTarget
 
 WorkloadKey = tuple[str, str, str]
@@ -69,6 +80,8 @@ class Proposal:
     changes: tuple[ContainerChange, ...]
     """Every container of the pod, unchanged ones included."""
     new_pod_level: Resources | None = None
+    held: Held = field(default_factory=Held)
+    """Plain init containers' changes left out (``surfaces.py``), with why."""
 
     @property
     def active(self) -> tuple[ContainerChange, ...]:
@@ -252,24 +265,8 @@ def propose(pod: PodView, target: WorkloadTarget, ctx: Context, *, no_decrease: 
                                        new_requests=view.requests, new_limits=view.limits, restarts=False))
         else:
             out.append(ch.container_change(view, spec, cons))
-    return Proposal(changes=tuple(out), new_pod_level=pod_level(pod.pod_level, tuple(out)))
-
-
-def pod_level(old: Resources | None, changes: tuple[ContainerChange, ...]) -> Resources | None:
-    """Scale each pod-level request by (sum of new container requests) / (sum of old ones), rounding up, and
-    never below the new sum (the API requires pod-level >= the containers' aggregate). None: unchanged."""
-    if old is None:
-        return None
-    new = old
-    for name in ch.RESOURCES:
-        amount = ch.get(old, name)
-        if amount is None:
-            continue
-        before = sum(ch.get(c.old_requests, name) or 0 for c in changes)
-        after = sum(ch.get(c.new_requests, name) or 0 for c in changes)
-        scaled = -(-amount * after // before) if before > 0 else amount
-        new = ch.put(new, name, max(1, scaled, after))
-    return None if new == old else new
+    kept, held = hold_init_changes(pod.containers, out, ctx.nodes.get(pod.node), ctx.features)
+    return Proposal(changes=kept, new_pod_level=pod_level(pod.pod_level, kept, pod.containers), held=held)
 
 
 def _inside_bounds(pod: PodView, target: WorkloadTarget) -> bool:
@@ -281,6 +278,9 @@ def _significance(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: 
     threshold = ctx.policy.change_threshold
     if proposal.active and proposal.size >= threshold:
         return None
+    held = proposal.held
+    if held.node_wait and max((ch.relative_change(c) for c in held.changes), default=0.0) >= threshold:
+        return _skip(Reason.NODE_FEATURE, "; ".join(held.reasons))  # only what waits for the node is worth doing
     if target.stale:
         raw = propose(pod, target, ctx, no_decrease=False)
         if raw.active and raw.size >= threshold:
@@ -290,16 +290,8 @@ def _significance(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: 
     return _skip(Reason.BELOW_THRESHOLD, f"change {proposal.size:.0%} < threshold {threshold:.0%}")
 
 
-def _new_totals(proposal: Proposal) -> Resources:
-    if proposal.new_pod_level is not None:
-        return proposal.new_pod_level
-    cpu = sum(ch.get(c.new_requests, "cpu") or 0 for c in proposal.changes)
-    memory = sum(ch.get(c.new_requests, "memory") or 0 for c in proposal.changes)
-    return Resources(cpu_millicores=cpu, memory_bytes=memory)
-
-
-def _above_node(node: NodeView, proposal: Proposal) -> str | None:
-    totals = _new_totals(proposal)
+def _above_node(node: NodeView, proposal: Proposal, views: tuple[ContainerView, ...]) -> str | None:
+    totals = proposal.new_pod_level or aggregate(proposal.changes, views, new=True)
     for name in ch.RESOURCES:
         want, have = ch.get(totals, name), ch.get(node.allocatable, name)
         if want is not None and have is not None and want > have:
@@ -315,7 +307,12 @@ def _feasibility(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: P
         return fallback(pod, target, ctx, Reason.QOS_WOULD_CHANGE, f"QoS class would change {before} -> {after}")
     if pod.pod_level is not None and not ctx.pod_level_resize_supported:
         return _skip(Reason.POD_LEVEL_UNSUPPORTED, "pod-level resources cannot be resized on this cluster")
-    why = _above_node(ctx.nodes[pod.node], proposal)
+    waits = pod_level_waits(ctx.nodes.get(pod.node), ctx.features) if proposal.new_pod_level is not None else None
+    if waits is not None:
+        return _skip(Reason.NODE_FEATURE, waits)
+    if (breach := pod_level_limit_breach(pod.pod_level_limits, proposal.new_pod_level, proposal.active)) is not None:
+        return _skip(Reason.POD_LEVEL_LIMIT, breach)
+    why = _above_node(ctx.nodes[pod.node], proposal, pod.containers)
     if why is not None:
         return fallback(pod, target, ctx, Reason.ABOVE_NODE, f"{why}: {above_allocatable_answer(ctx.features)}")
     restarting = [c.name for c in proposal.active if c.restarts]
@@ -348,6 +345,18 @@ def judge(pod: PodView, target: WorkloadTarget, ctx: Context, proposal: Proposal
                    message=f"resize in place, largest request change {proposal.size:.0%}")
 
 
+def _acted_on(pod: PodView, verdict: Verdict, proposal: Proposal | None) -> tuple[ContainerChange, ...]:
+    """The changes the decision carries. A replacement never changes a plain init container (the webhook leaves
+    them as the template has them, and the template fallback patches ``containers``), so a fallback carries
+    none of theirs."""
+    if proposal is None:
+        return ()
+    if verdict.action != Action.FALLBACK:
+        return proposal.active
+    inits = {c.name for c in pod.containers if c.init}
+    return tuple(c for c in proposal.active if c.name not in inits)
+
+
 def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
     """The pod's decision, and the proposal it was based on (None when the pod was skipped before it)."""
     target = ctx.targets.get(workload_key(pod))
@@ -361,9 +370,12 @@ def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
         proposal = propose(pod, target, ctx, no_decrease=target.stale)
         verdict = verdict or judge(pod, target, ctx, proposal)
     assert verdict is not None
+    if proposal is not None and proposal.held.reasons and verdict.reason != Reason.NODE_FEATURE:
+        verdict = Verdict(action=verdict.action, reason=verdict.reason,
+                          message=f"{verdict.message}; {'; '.join(proposal.held.reasons)}")
     decision = PodDecision(
         namespace=pod.namespace, pod=pod.name, uid=pod.uid, resource_version=pod.resource_version, pool=pod.pool,
         workload_kind=pod.workload_kind, workload_name=pod.workload_name, action=verdict.action,
-        reason=verdict.reason, message=verdict.message, changes=() if proposal is None else proposal.active,
+        reason=verdict.reason, message=verdict.message, changes=_acted_on(pod, verdict, proposal),
         old_pod_level=pod.pod_level, new_pod_level=None if proposal is None else proposal.new_pod_level)
     return decision, proposal

@@ -9,7 +9,8 @@ asks for what admission would refuse (``k8s.io/apiserver/pkg/admission/plugin/re
   ``priorityClassName`` against In / NotIn / Exists / DoesNotExist, as a label selector over the one key),
   CrossNamespacePodAffinity.
 - A pod's usage is, per container, the larger of its spec and what the kubelet reports (``PodUsageFunc``
-  with status resources, i.e. max(spec, allocated, actual)), pod-level requests when set. ``cpu`` and
+  with status resources, i.e. max(spec, allocated, actual)), summed over the regular containers and sidecars,
+  or a plain init container's plus the sidecars' when larger; pod-level requests when set. ``cpu`` and
   ``requests.cpu`` count requests, ``limits.cpu`` limits; the same for memory.
 - A resize (``pods/resize``: ``Handles``, v1.37.2) is charged max(0, new usage - old usage) and admitted while
   used + charge <= hard for every matching quota. A decrease is charged 0 and frees nothing at admission:
@@ -106,6 +107,18 @@ def _total(values: Iterable[int | None]) -> int | None:
     return out
 
 
+def _pod_total(values: Sequence[int | None], kinds: Sequence[tuple[bool, bool]]) -> int | None:
+    """A pod's total from its containers' amounts and (sidecar, init) kinds: the sum of the regular containers and
+    sidecars, or a plain init container's amount plus the sidecars' if larger (``PodRequests``/``PodLimits``,
+    ``k8s.io/component-helpers/resource/helpers.go``, v0.37.2, upstream adding only the sidecars declared before
+    it: an upper bound here). None when a regular container or sidecar leaves it unset; an unset init counts 0."""
+    total = _total(v for v, (_, init) in zip(values, kinds, strict=True) if not init)
+    if total is None:
+        return None
+    sidecars = sum(v or 0 for v, (sidecar, init) in zip(values, kinds, strict=True) if sidecar and not init)
+    return max([total, *((v or 0) + sidecars for v, (_, init) in zip(values, kinds, strict=True) if init)])
+
+
 def usage(pod: PodView, decision: PodDecision | None, *, new: bool, with_status: bool) -> Usage:
     """The pod's usage before (``new`` False) or after the decision's changes; ``with_status``: per container
     the larger of that and what the kubelet reports (a running pod), else the spec alone (a new pod)."""
@@ -125,12 +138,13 @@ def usage(pod: PodView, decision: PodDecision | None, *, new: bool, with_status:
                 lm = max(lm, actual_l or 0) if lm is not None else None
             requests[name].append(r)
             limits[name].append(lm)
-    req_totals = {n: _total(v) for n, v in requests.items()}
+    kinds = [(view.sidecar, view.init) for view in pod.containers]
+    req_totals = {n: _pod_total(v, kinds) for n, v in requests.items()}
     level = (decision.new_pod_level if new and decision and decision.new_pod_level else pod.pod_level)
     if level is not None:
         for name in ch.RESOURCES:
             req_totals[name] = ch.get(level, name) if ch.get(level, name) is not None else req_totals[name]
-    return Usage(requests=req_totals, limits={n: _total(v) for n, v in limits.items()})
+    return Usage(requests=req_totals, limits={n: _pod_total(v, kinds) for n, v in limits.items()})
 
 
 def spec_usage(pairs: Iterable[tuple[Resources, Resources]]) -> Usage:

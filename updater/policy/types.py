@@ -63,6 +63,8 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     pod_level: Resources | None = None
     """Pod-level ``spec.resources.requests`` (KEP-2837), None when not used."""
+    pod_level_limits: Resources | None = None
+    """Pod-level ``spec.resources.limits``, None when not set (never changed by the updater)."""
     deleting: bool = False
     resize_pending_since_s: float | None = None
     """When the PodResizePending condition appeared (its lastTransitionTime), None when unknown or absent."""
@@ -140,6 +142,8 @@ class NodeView:
     memory_pressure: bool = False
     allocatable: Resources = field(default_factory=Resources)
     unschedulable: bool = False
+    declared_features: frozenset[str] = frozenset()
+    """``status.declaredFeatures`` (KEP-5328): what the node's kubelet says it supports (empty: none declared)."""
 
 
 # ------------------------------------------------------------------------------------------------ policy

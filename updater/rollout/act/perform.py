@@ -118,7 +118,7 @@ class Performer:
                 return rz.key, Conflict(rz.key)
             try:
                 return rz.key, self.writers.resizer.resize(rz.namespace, rz.pod, rz.uid, o.resource_version,
-                                                           rz.values)
+                                                           rz.values, pod_level=rz.pod_level)
             except (Conflict, KubeError) as err:
                 return rz.key, err
 

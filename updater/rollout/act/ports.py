@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from podtailor.resize.types import LimitRangeView
+from podtailor.resources import Resources
 from updater.answers import ServerFeatures
 from updater.observe import PodObservation
 from updater.policy.analysis import WorkloadAnalyses
@@ -125,7 +126,7 @@ class WatchedStore(Store, Protocol):
 
 class Resizer(Protocol):
     def resize(self, namespace: str, pod: str, uid: str, resource_version: str,
-               values: Sequence[ContainerValues]) -> int: ...
+               values: Sequence[ContainerValues], pod_level: Resources | None = None) -> int: ...
 
 
 class Evictions(Protocol):

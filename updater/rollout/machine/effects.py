@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from podtailor.resources import Resources
 from updater.observe import PodObservation
 from updater.rollout.machine.journal import BatchRecord, ContainerValues, Entry, EntryState, Rollout
 
@@ -43,6 +44,8 @@ class Resize:
     values: tuple[ContainerValues, ...]
     expect: tuple[ContainerValues, ...]
     purpose: ResizePurpose
+    pod_level: Resources | None = None
+    """The pod-level requests to write with ``values`` (None: ``spec.resources`` left alone)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,8 +126,9 @@ def same_pod(entry: Entry, obs: PodObservation | None) -> bool:
 
 def resize_effect(entry: Entry, purpose: ResizePurpose) -> Resize:
     values, expect = (entry.after, entry.before) if purpose == Purpose.APPLY else (entry.before, entry.after)
+    pod_level = entry.pod_level_after if purpose == Purpose.APPLY else entry.pod_level_before
     return Resize(key=entry.key, namespace=entry.namespace, pod=entry.pod, uid=entry.uid, values=values,
-                  expect=expect, purpose=purpose)
+                  expect=expect, purpose=purpose, pod_level=pod_level)
 
 
 def serving_effect(entry: Entry, serving: bool) -> SetServing:

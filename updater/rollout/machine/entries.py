@@ -53,7 +53,8 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
         batches.append(BatchRecord(index=index, step=b.step, bake_s=b.bake_s, gates=tuple(b.gates)))
         for key in b.pods:
             d = by_key[key]
-            sidecars = {c.name for c in pods[key].containers if c.sidecar} if key in pods else set()
+            views = pods[key].containers if key in pods else ()
+            sidecars, inits = {c.name for c in views if c.sidecar}, {c.name for c in views if c.init}
             o = obs.get(key)
             restarts = {c.name: (o.containers[c.name].restart_count if o and c.name in o.containers else 0)
                         for c in d.changes}
@@ -61,10 +62,12 @@ def entries_for(decisions: Sequence[PodDecision], plan: Plan, pool: str,
                 namespace=d.namespace, pod=d.pod, uid=d.uid, workload_kind=d.workload_kind,
                 workload_name=d.workload_name, batch=index,
                 before=tuple(ContainerValues(name=c.name, requests=c.old_requests, limits=c.old_limits,
-                                             sidecar=c.name in sidecars) for c in d.changes),
+                                             sidecar=c.name in sidecars, init=c.name in inits) for c in d.changes),
                 after=tuple(ContainerValues(name=c.name, requests=c.new_requests, limits=c.new_limits,
-                                            sidecar=c.name in sidecars) for c in d.changes),
+                                            sidecar=c.name in sidecars, init=c.name in inits) for c in d.changes),
                 restarting=frozenset(c.name for c in d.changes if c.restarts), restarts_before=restarts,
+                pod_level_before=d.old_pod_level if d.new_pod_level is not None else None,
+                pod_level_after=d.new_pod_level,
                 drain=any(c.restarts for c in d.changes) and key in pods and pods[key].gated))
     return batches, entries
 

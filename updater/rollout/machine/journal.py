@@ -93,6 +93,8 @@ class ContainerValues:
     requests: Resources
     limits: Resources
     sidecar: bool = False
+    init: bool = False
+    """A plain init container (written under ``initContainers``, like a sidecar)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +122,10 @@ class Entry:
     drain: bool = False
     """A restarting resize of a pod with the serving gate: drained before, put back after its containers are
     ready again."""
+    pod_level_before: Resources | None = None
+    """The pod-level ``spec.resources.requests`` before (None: the resize leaves them alone)."""
+    pod_level_after: Resources | None = None
+    """The pod-level requests the resize writes with the containers (None: left alone)."""
 
     @property
     def key(self) -> str:
@@ -181,12 +187,23 @@ def _values(v: ContainerValues) -> dict[str, Any]:
         out["limits"] = limits
     if v.sidecar:
         out["sidecar"] = True
+    if v.init:
+        out["init"] = True
     return out
 
 
 def _unvalues(d: Mapping[str, Any]) -> ContainerValues:
     return ContainerValues(name=str(d["name"]), requests=_unres(d.get("requests") or {}),
-                           limits=_unres(d.get("limits") or {}), sidecar=bool(d.get("sidecar", False)))
+                           limits=_unres(d.get("limits") or {}), sidecar=bool(d.get("sidecar", False)),
+                           init=bool(d.get("init", False)))
+
+
+def _opt_res(r: Resources | None) -> dict[str, int] | None:
+    return None if r is None else _res(r)
+
+
+def _opt_unres(d: Mapping[str, Any] | None) -> Resources | None:
+    return None if d is None else _unres(d)
 
 
 def _without_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,7 +216,8 @@ def _without_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[st
 
 _ENTRY_DEFAULTS: Mapping[str, Any] = {"restarting": [], "restartsBefore": {}, "generation": None,
                                       "appliedSeconds": None, "message": "", "attempts": 0,
-                                      "notBeforeSeconds": None, "readyBefore": 0, "drain": False}
+                                      "notBeforeSeconds": None, "readyBefore": 0, "drain": False,
+                                      "podLevelBefore": None, "podLevelAfter": None}
 _BATCH_DEFAULTS: Mapping[str, Any] = {"gates": [], "startedSeconds": None, "bakeUntilSeconds": None,
                                       "deadlineSeconds": None}
 
@@ -220,7 +238,9 @@ def to_status(r: Rollout) -> dict[str, Any]:
             "restarting": sorted(e.restarting), "restartsBefore": dict(e.restarts_before),
             "state": e.state.value, "generation": e.generation, "appliedSeconds": e.applied_s,
             "message": e.message[:500], "action": str(e.action), "attempts": e.attempts,
-            "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before, "drain": e.drain}, _ENTRY_DEFAULTS)
+            "notBeforeSeconds": e.not_before_s, "readyBefore": e.ready_before, "drain": e.drain,
+            "podLevelBefore": _opt_res(e.pod_level_before), "podLevelAfter": _opt_res(e.pod_level_after)},
+            _ENTRY_DEFAULTS)
             for e in r.entries],
     }
 
@@ -242,7 +262,9 @@ def from_object(obj: Mapping[str, Any]) -> Rollout:
                           applied_s=e.get("appliedSeconds"), message=e.get("message", ""),
                           action=EntryAction(e.get("action", RESIZE)), attempts=int(e.get("attempts", 0)),
                           not_before_s=e.get("notBeforeSeconds"), ready_before=int(e.get("readyBefore", 0)),
-                          drain=bool(e.get("drain", False)))
+                          drain=bool(e.get("drain", False)),
+                          pod_level_before=_opt_unres(e.get("podLevelBefore")),
+                          pod_level_after=_opt_unres(e.get("podLevelAfter")))
                     for e in st.get("entries") or [])
     return Rollout(name=str(meta.get("name")), pool=str(spec.get("pool", "")), policy=str(spec.get("policy", "")),
                    batches=batches, entries=entries, phase=Phase(st.get("phase", "Progressing")),

@@ -301,7 +301,9 @@ def settle(r: Rollout, key: str, purpose: Purpose, *, ok: bool, generation: int 
     """Record the outcome of a performed effect. ``refusal`` is the kind of a refusal (``ok`` False), as the
     executor classified it: a resize above the node's allocatable (the API server's 403, 1.36+) is Infeasible
     and goes to the fallback; an exceeded quota is skipped, never handed to the fallback (its replacement would
-    be refused too); an eviction is settled by ``_evicted``; anything else is skipped."""
+    be refused too); so is a node that does not declare the feature the change needs (it waits for the node:
+    the planner reads ``declaredFeatures`` and writes nothing before the node declares it); an eviction is
+    settled by ``_evicted``; anything else is skipped."""
     entry = next(e for e in r.entries if e.key == key)
     match purpose:
         case Purpose.EVICT:
@@ -315,7 +317,7 @@ def settle(r: Rollout, key: str, purpose: Purpose, *, ok: bool, generation: int 
         case Purpose.APPLY:
             new = replace(entry, state=EntryState.APPLIED, generation=generation, applied_s=now_s) if ok else \
                 replace(entry, state=EntryState.INFEASIBLE if refusal == Refusal.ABOVE_ALLOCATABLE
-                        else EntryState.SKIPPED, message=f"quota: {error}" if refusal == Refusal.QUOTA else error)
+                        else EntryState.SKIPPED, message=_refused(refusal, error))
             r = set_entries(r, {key: new})
             batch = r.batches[min(r.current_batch, len(r.batches) - 1)]
             if batch.phase == BatchPhase.APPLYING and answered(r.entries_of(batch.index)):
@@ -330,6 +332,18 @@ def settle(r: Rollout, key: str, purpose: Purpose, *, ok: bool, generation: int 
             return set_entries(r, {key: new})
         case _:
             assert_never(purpose)
+
+
+def _refused(refusal: Refusal, error: str) -> str:
+    """The message of a refused resize: what refused it and, where it waits, what happens next."""
+    match refusal:
+        case Refusal.QUOTA:
+            return f"quota: {error}"
+        case Refusal.NODE_FEATURE:
+            return (f"node feature: {error}; left at its size, not retried: planned again once the node declares "
+                    "the feature")
+        case _:
+            return error
 
 
 def _evicted(entry: Entry, *, ok: bool, now_s: float, error: str, retry_after_s: float, refusal: Refusal) -> Entry:
