@@ -97,7 +97,10 @@ def distribution(values: FloatArray, references: Iterable[int | None]) -> Distri
     ordered = np.sort(values)
     n = ordered.size
     q = np.array([0.50, 0.90, 0.95, 0.99])
-    at = n * q + (1 - q) - 1  # numpy's virtual index for the linear method, in its own order of operations
+    # numpy's virtual index for the linear method, in its own order of operations: (n - 1) * q
+    # (numpy/lib/_function_base_impl.py, _QuantileMethods['linear'].get_virtual_index; n * q + (1 - q) - 1 is
+    # the same number in exact arithmetic but can land one ulp above an integer, e.g. n = 21, q = 0.9).
+    at = (n - 1) * q
     below = np.clip(np.floor(at), 0, n - 1).astype(np.int64)
     above = np.minimum(below + 1, n - 1)
     frac = at - np.floor(at)
