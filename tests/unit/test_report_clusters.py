@@ -115,7 +115,7 @@ def two_clusters() -> tuple[Report, dict[str, Report]]:
     strategy = get_strategy("krr-simple")
     cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple", prices=PriceSheet())
 
-    def inputs(own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
+    def inputs(_: str, own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
         return recommending(own, found, strategy, NOW)
 
     report = clusters.build({"eu": inv, "us": inv}, read, fleet, inputs, cfg)
