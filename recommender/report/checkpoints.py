@@ -27,7 +27,7 @@ from recommender.kube.cluster import CHECKPOINT_GROUP, CHECKPOINT_PLURAL, CHECKP
 from recommender.kube.served import VpaSpec
 from recommender.model.types import ContainerKey, ContainerState, Strategy, UsageBatch
 from recommender.recommend import fold_new
-from recommender.report.build import container_keys
+from recommender.report.build import container_keys, fold
 from recommender.report.discovery import Discovery
 from recommender.report.types import Workload, WorkloadKey
 
@@ -49,6 +49,15 @@ def checkpoint_discovery(api: client.ApiClient) -> Discovery:
     """A ``Discovery`` that lists RecommenderCheckpoints (``KIND``) and nothing else."""
     listing = custom_listing(client.CustomObjectsApi(api), CHECKPOINT_GROUP, CHECKPOINT_VERSION, CHECKPOINT_PLURAL)
     return Discovery(api, {KIND: replace(listing, request_timeout=None)})
+
+
+def restoring(api: client.ApiClient, namespaces: Sequence[str], vpas: Mapping[WorkloadKey, VpaSpec],
+              strategy: Strategy, *, enabled: bool = True) -> Checkpoints:
+    """The usable checkpoints of ``vpas`` read from the API server of ``api`` (none when not ``enabled``:
+    ``--no-checkpoints``); raises ``KubeError`` as ``read_checkpoints``. One cluster's, for either path."""
+    if not enabled:
+        return Checkpoints(restored={})
+    return read_checkpoints(checkpoint_discovery(api), namespaces, vpas, strategy)
 
 
 def read_checkpoints(discovery: Discovery, namespaces: Sequence[str], vpas: Mapping[WorkloadKey, VpaSpec],
@@ -123,3 +132,14 @@ def grow(workloads: Iterable[Workload], restored: Mapping[WorkloadKey, Restored]
             out.update((ContainerKey(namespace=w.namespace, workload_kind=w.kind, workload_name=w.name,
                                      container=name), state) for name, state in states.items())
     return out
+
+
+def starting_states(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch],
+                    restored: Mapping[WorkloadKey, Restored], read: Read, *, end_s: float, history_s: float,
+                    strategy: Strategy) -> dict[ContainerKey, ContainerState]:
+    """The states of ``workloads`` as the engine's pass has them: fresh over ``batches`` (the window's read)
+    where no checkpoint was restored (``build.fold``), else restored and grown by ``read`` (``grow``)."""
+    members = list(workloads)
+    states = fold((w for w in members if w.key not in restored), batches, strategy)
+    states.update(grow(members, restored, read, end_s=end_s, history_s=history_s, strategy=strategy))
+    return states

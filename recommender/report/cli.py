@@ -369,12 +369,10 @@ def _restored(args: argparse.Namespace, api: ApiClient, inventory: Inventory, st
               ) -> Checkpoints | None:
     """The VPAs' usable checkpoints (none with --no-checkpoints); None when reading them failed (said on stderr)."""
     from podtailor.kube.errors import KubeError
-    from recommender.report.checkpoints import Checkpoints, checkpoint_discovery, read_checkpoints
+    from recommender.report.checkpoints import restoring
 
-    if not args.checkpoints:
-        return Checkpoints(restored={})
     try:
-        return read_checkpoints(checkpoint_discovery(api), tuple(args.namespace), inventory.vpas, strategy)
+        return restoring(api, tuple(args.namespace), inventory.vpas, strategy, enabled=args.checkpoints)
     except KubeError as err:
         print(f"error: Kubernetes API: {err}", file=sys.stderr)
         return None

@@ -7,9 +7,14 @@ contacted), and ``collect``: each cluster's workloads listed from its own API se
 history read from the one store in the same batched requests as one cluster's (``PrometheusConfig.
 many_clusters``: each query matches all the cluster values at once and is split by the cluster label), split
 back per cluster, and each cluster recommended for as its own recommender would (its fleet is its own
-containers). The report's workloads carry their context (``WorkloadReport.cluster``), its namespace and node
-pool tables name ``context/namespace`` and ``context/pool``, and ``Report.clusters`` sums each cluster. With
-one context, or none, the report is the one-cluster report, its output unchanged.
+containers). Each cluster's RecommenderCheckpoints are read from its own API server, as the one-cluster report
+reads them (``checkpoints.restoring``; a cluster without the CRD or the permission warns once, named by its
+context, and starts from fresh state), and a workload restored from one is grown by its cluster's history
+after the checkpoint (``checkpoints.starting_states`` over ``one_cluster`` of the many-cluster read), so each
+cluster is reported as its own recommender would write it. The report's workloads carry their context
+(``WorkloadReport.cluster``), its namespace and node pool tables name ``context/namespace`` and
+``context/pool``, and ``Report.clusters`` sums each cluster. With one context, or none, the report is the
+one-cluster report, its output unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ from recommender.report.types import Inventory, Report, Workload, WorkloadReport
 from recommender.sources.clusters import qualify, split
 
 if TYPE_CHECKING:  # the builder is imported by the run that uses it, not by --help
+    from recommender.kube.checkpoint import Restored
+    from recommender.model.types import Strategy
     from recommender.report.build import BuildConfig, Recommending
+    from recommender.report.checkpoints import Read
+    from recommender.report.types import WorkloadKey
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +162,15 @@ def per_cluster(batches: Mapping[ContainerKey, UsageBatch], fleet: Fleet,
     return out
 
 
+def one_cluster(read: Read, fleet: Fleet, context: str) -> Read:
+    """A many-cluster ``read`` (qualified namespaces) as one cluster's: plain namespaces in and out."""
+    value = next(t.value for t in fleet.targets if t.context == context)
+
+    def history(namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+        return per_cluster(read([qualify(value, ns) for ns in namespaces], start_s, end_s), fleet)[context]
+    return history
+
+
 def read_groups(inventories: Mapping[str, Inventory], fleet: Fleet, groups: int) -> list[tuple[str, ...]]:
     """The qualified namespaces each many-cluster read asks for: ``cli.namespace_groups`` of the plain
     namespaces over every cluster's workloads, each group then holding that namespace of every cluster that
@@ -190,6 +208,27 @@ def _listing(progress: Progress, context: str) -> Callable[[str], None]:
     return lambda kind: progress.stage(f"listing {kind}s of {context}")
 
 
+def _checkpoints(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, Any], inventories: Mapping[str, Inventory],
+                 strategy: Strategy) -> tuple[dict[str, Inventory], dict[str, Mapping[WorkloadKey, Restored]]]:
+    """Each cluster's usable checkpoints, from its own API server as ``cli._collect`` reads one cluster's
+    (``checkpoints.restoring``): their warnings (no CRD, no permission: fresh state for that cluster) and list
+    requests added to that cluster's inventory; KubeError names the context."""
+    from podtailor.kube.errors import KubeError
+    from recommender.report.checkpoints import restoring
+
+    out, restored = dict(inventories), {}
+    for t in fleet.targets:
+        inv = inventories[t.context]
+        try:
+            found = restoring(apis[t.context], tuple(args.namespace), inv.vpas, strategy, enabled=args.checkpoints)
+        except KubeError as err:
+            raise type(err)(f"context {t.context}: {err}", status=err.status) from err
+        out[t.context] = replace(inv, warnings=(*inv.warnings, *found.warnings),
+                                 api_requests=inv.api_requests + found.requests)
+        restored[t.context] = found.restored
+    return out, restored
+
+
 def _tagged(items: Sequence[WorkloadReport], context: str) -> list[WorkloadReport]:
     """The reports as ``assemble`` sums them per cluster: namespace and pool named ``context/...``."""
     return [replace(w, cluster=context, namespace=f"{context}/{w.namespace}",
@@ -197,18 +236,18 @@ def _tagged(items: Sequence[WorkloadReport], context: str) -> list[WorkloadRepor
 
 
 def build(inventories: Mapping[str, Inventory], batches: Mapping[ContainerKey, UsageBatch], fleet: Fleet,
-          recommending: Callable[[Sequence[Workload], Mapping[ContainerKey, UsageBatch]], Recommending],
+          recommending: Callable[[str, Sequence[Workload], Mapping[ContainerKey, UsageBatch]], Recommending],
           cfg: BuildConfig, progress: Callable[[int], None] | None = None) -> Report:
     """The report over every cluster from the many-cluster read's ``batches``: each cluster recommended with
-    its own states and fleet (``recommending(workloads, batches)``), then assembled once over all of them."""
+    its own states and fleet (``recommending(context, workloads, batches)``), then assembled once over all."""
     from recommender.report.build import assemble, workload_reports
 
     batches_of = per_cluster(batches, fleet)
     items: dict[str, list[WorkloadReport]] = {}
     for t in fleet.targets:
         inv, found = inventories[t.context], batches_of[t.context]
-        items[t.context] = workload_reports(inv, inv.workloads, found, recommending(inv.workloads, found), cfg,
-                                            progress=progress)
+        inputs = recommending(t.context, inv.workloads, found)
+        items[t.context] = workload_reports(inv, inv.workloads, found, inputs, cfg, progress=progress)
     merged = Inventory(workloads=(), api_requests=sum(inv.api_requests for inv in inventories.values()),
                        warnings=tuple(f"{c}: {w}" for c, inv in inventories.items() for w in inv.warnings))
     report = assemble(merged, [w for c, ws in items.items() for w in _tagged(ws, c)], cfg)
@@ -218,7 +257,7 @@ def build(inventories: Mapping[str, Inventory], batches: Mapping[ContainerKey, U
     return replace(report, workloads=tuple(plain), clusters=totals)
 
 
-def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any, strategy: Any, prom: Any,
+def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any, strategy: Strategy, prom: Any,
             progress: Progress) -> tuple[int, Report | None]:
     """The ``report`` command's work over a fleet (``cli._collect`` for one cluster); the clients it makes for
     the contexts after the first are closed here, ``first_api`` by the caller."""
@@ -232,7 +271,7 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any,
     try:
         for t in fleet.targets[1:]:
             apis[t.context] = kube_client(argparse.Namespace(**{**vars(args), "context": t.context}))
-        inventories = _discover(args, fleet, apis, progress)
+        inventories, restored = _checkpoints(args, fleet, apis, _discover(args, fleet, apis, progress), strategy)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return cli.EXIT_USAGE, None
@@ -246,18 +285,22 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any,
         print(f"error: empty result: no workload matched in any of the contexts {', '.join(inventories)}",
               file=sys.stderr)
         return cli.EXIT_EMPTY, None
-    return _read_and_build(args, fleet, inventories, prices, strategy, prom, progress)
+    return _read_and_build(args, fleet, inventories, restored, prices, strategy, prom, progress)
 
 
-def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping[str, Inventory], prices: Any,
-                    strategy: Any, prom: Any, progress: Progress) -> tuple[int, Report | None]:
+def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping[str, Inventory],
+                    restored: Mapping[str, Mapping[WorkloadKey, Restored]], prices: Any, strategy: Strategy,
+                    prom: Any, progress: Progress) -> tuple[int, Report | None]:
     """Every cluster's history in the read groups of their qualified namespaces, one group after another
-    (each group one pass: the same handful of queries for all the clusters), then the report."""
+    (each group one pass: the same handful of queries for all the clusters), then the report: each cluster's
+    workloads with a restored checkpoint grown by that cluster's history after it (``starting_states``)."""
     from prometheus_client import CollectorRegistry
 
     from recommender.cli import history_plan, strategy_at_risk
+    from recommender.recommend import fleet_of
     from recommender.report import cli
-    from recommender.report.build import BuildConfig, recommending
+    from recommender.report.build import BuildConfig, Recommending
+    from recommender.report.checkpoints import starting_states
     from recommender.sources.errors import SourceError
     from recommender.sources.prometheus import PrometheusSource
 
@@ -274,20 +317,23 @@ def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping
     progress.stage(f"reading usage history of {len(fleet.targets)} clusters and recommending for "
                    f"{total} workloads", total=total)
     batches: dict[ContainerKey, UsageBatch] = {}
+
+    def inputs(context: str, own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
+        states = starting_states(own, found, restored[context], one_cluster(source.history, fleet, context),
+                                 end_s=end, history_s=args.history, strategy=strategy)
+        return Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now),
+                            at_risk=strategy_at_risk(args))
+
     try:
         for names in read_groups(inventories, fleet, args.read_groups):
             batches.update(source.history(names, start, end))
+        report = replace(build(inventories, batches, fleet, inputs, cfg, progress=progress.advance),
+                         prometheus_requests=source.request_count)
     except SourceError as err:
         print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
         return cli.EXIT_FAILED, None
     finally:
         source.close()
-
-    def inputs(own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
-        return recommending(own, found, strategy, now, strategy_at_risk(args))
-
-    report = replace(build(inventories, batches, fleet, inputs, cfg, progress=progress.advance),
-                     prometheus_requests=source.request_count)
     if not any(c.usage is not None for w in report.workloads for c in w.containers):
         print(f"error: empty result: Prometheus at {prom.base_url} has no usage history for any of the "
               f"{len(report.workloads)} workloads in the window (wrong --cluster-label or --cluster-value, or "

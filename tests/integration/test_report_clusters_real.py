@@ -8,7 +8,9 @@ one VictoriaMetrics, in the two Prometheus of one Thanos Query (each sidecar's e
 session's Prometheus with the label on every series (read through remote read). The two-context report must
 list each cluster's workloads from its own API server, recommend each from its own usage exactly as a
 one-context report of that cluster does, and send no more requests to the store than one one-context report:
-one query per metric over both clusters, split by the label.
+one query per metric over both clusters, split by the label. A checkpoint of ``eu``'s web VPA (two cores over
+the six hours before its time) must be restored by the two-context report as by ``eu``'s own report, from
+``eu``'s API server; ``us`` has no RecommenderCheckpoint CRD, which one warning names.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from kubernetes import client, config
 
+from recommender.kube.checkpoint import checkpoint_spec
+from recommender.model.registry import get_strategy
+from recommender.model.types import Samples, UsageBatch
 from tests.backend_history import history_files, make_workloads
 from tests.harness.cluster import ClusterState, LocalCluster
 from tests.harness.prometheus import LocalPrometheus
@@ -198,3 +204,45 @@ def test_backtest_replays_both_clusters_series_apart(fleet: dict[str, Any]) -> N
     # web and api of each cluster: four series, not the two that pooling the same names would give.
     assert (oracle["eu"]["series"], oracle["us"]["series"], oracle["both"]["series"]) == (2, 2, 4)
     assert oracle["both"]["series_days"] == pytest.approx(oracle["eu"]["series_days"] + oracle["us"]["series_days"])
+
+
+def hot_checkpoint(api: client.ApiClient, ns: str, vpa_name: str, until_s: float) -> dict[str, Any]:
+    """A krr-simple checkpoint of the VPA, owned by it: its app container at 2 cores and 800 MiB for the six
+    hours up to ``until_s``, more than eu's web ever uses (1.2 cores at most), so restoring it shows."""
+    vpa = client.CustomObjectsApi(api).get_namespaced_custom_object("autoscaling.k8s.io", "v1", ns,
+                                                                    "verticalpodautoscalers", vpa_name)
+    ts = until_s - 60.0 * np.arange(360)[::-1]
+    strategy = get_strategy("krr-simple")
+    state = strategy.new_state()
+    state.add(UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.full(360, 2.0)), cpu_interval_s=60.0,
+                         memory_peak_bytes=Samples(timestamps_s=ts, values=np.full(360, 800.0 * 2**20)),
+                         memory_interval_s=60.0))
+    owner = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "name": vpa_name,
+             "uid": vpa["metadata"]["uid"]}
+    return {"apiVersion": "podtailor.io/v1alpha1", "kind": "RecommenderCheckpoint",
+            "metadata": {"name": vpa_name, "namespace": ns, "ownerReferences": [owner]},
+            "spec": checkpoint_spec(strategy, {"app": state}, until_s)}
+
+
+def test_each_cluster_restores_its_own_checkpoints(world: dict[str, Any], victoria_metrics: str,
+                                                   api: client.ApiClient) -> None:
+    fleet, ns = {**world, "url": victoria_metrics}, world["ns"]
+    custom = client.CustomObjectsApi(api)
+    body = hot_checkpoint(api, ns, "web", float(int(time.time()) - 3 * 3600))
+    custom.create_namespaced_custom_object("podtailor.io", "v1alpha1", ns, "recommendercheckpoints", body)
+    try:  # removed after, so the other tests of the module see eu without it
+        both = report(fleet, "--context", "eu", "--context", "us", "--cluster-value", "us=us-1")
+        eu = report(fleet, "--context", "eu", "--cluster-value", "eu")
+        fresh = report(fleet, "--context", "eu", "--cluster-value", "eu", "--no-checkpoints")
+    finally:
+        custom.delete_namespaced_custom_object("podtailor.io", "v1alpha1", ns, "recommendercheckpoints", "web")
+    # eu's web from its checkpoint (2 cores) plus eu's history after it, as eu's own report has it; from fresh
+    # state over the window it peaks at 1.2 cores: the agreement is the restore's doing.
+    assert targets(both, "eu") == targets(eu) != targets(fresh)
+    assert targets(both, "eu")["web"][0]["target"]["cpuMillicores"] >= 1900 > targets(fresh)["web"][0]["target"][
+        "cpuMillicores"]
+    assert both["settings"]["checkpoints"] is True
+    # us has no RecommenderCheckpoint CRD: one warning, named by its context, and fresh state there.
+    said = [w for w in both["warnings"] if "RecommenderCheckpoint CRD" in w]
+    assert len(said) == 1 and said[0].startswith("us: the cluster has no RecommenderCheckpoint CRD"), said
+    assert not any("checkpoint" in w for w in eu["warnings"]), eu["warnings"]

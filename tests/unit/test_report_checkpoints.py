@@ -18,7 +18,7 @@ from recommender.kube.checkpoint import Restored, checkpoint_spec
 from recommender.kube.served import VpaSpec, read_vpa
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerKey, UsageBatch
-from recommender.report.checkpoints import KIND, grow, read_checkpoints, restore_owned
+from recommender.report.checkpoints import KIND, grow, read_checkpoints, restore_owned, starting_states
 from recommender.report.discovery import Discovery
 from recommender.report.types import WorkloadKey
 from tests.builders.report import DAY, NOW, Mi, batch, cur, key, spec, workload
@@ -133,3 +133,23 @@ def test_restored_states_grow_by_one_read_per_checkpoint_time_from_there_to_the_
     assert web_state.last_sample_s == new[key(WEB, "app")].cpu_cores.timestamps_s[-1]
     assert key(WEB, "gone") in states  # kept, as the engine keeps it (its fleet counts it)
     assert set(states) == {key(WEB, "app"), key(WEB, "gone"), key(DB, "db")}
+
+
+def test_starting_states_take_the_window_only_for_workloads_without_a_checkpoint() -> None:
+    reads: list[tuple[tuple[str, ...], float, float]] = []
+    after = {key(WEB, "app"): batch(0.2, 300 * Mi, points=10)}
+
+    def read(namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+        reads.append((tuple(namespaces), start_s, end_s))
+        return after
+    web_state = STRATEGY.new_state()
+    window = {key(WEB, "app"): batch(3.0, 900 * Mi), key(DB, "db"): batch(0.4, 700 * Mi)}
+    states = starting_states([WEB, DB], window, {WEB.key: Restored(states={"app": web_state},
+                                                                    history_until_s=NOW - 600)},
+                             read, end_s=NOW, history_s=DAY, strategy=STRATEGY)
+    # web: its restored state grown by the one read after the checkpoint, not the window's 3 cores.
+    assert states[key(WEB, "app")] is web_state and reads == [(("shop",), NOW - 600, NOW)]
+    assert web_state.last_sample_s == after[key(WEB, "app")].cpu_cores.timestamps_s[-1]
+    # db: no checkpoint, a new state over the window, as the engine's first pass.
+    assert states[key(DB, "db")].last_sample_s == window[key(DB, "db")].cpu_cores.timestamps_s[-1]
+    assert set(states) == {key(WEB, "app"), key(DB, "db")}

@@ -115,7 +115,7 @@ def two_clusters() -> tuple[Report, dict[str, Report]]:
     strategy = get_strategy("krr-simple")
     cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple", prices=PriceSheet())
 
-    def inputs(own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
+    def inputs(_: str, own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
         return recommending(own, found, strategy, NOW)
 
     report = clusters.build({"eu": inv, "us": inv}, read, fleet, inputs, cfg)
@@ -175,6 +175,20 @@ def test_the_reads_depend_on_the_namespaces_not_on_the_clusters() -> None:
                                                            ("ap-1/shop", "eu-1/shop", "us-1/shop")]
     assert clusters.read_groups(inventories, fleet, 1) == [
         ("ap-1/shop", "eu-1/jobs", "eu-1/shop", "us-1/jobs", "us-1/shop")]
+
+
+def test_one_clusters_read_asks_for_its_qualified_namespaces_and_gets_back_only_its_own() -> None:
+    _, batches = sample_inputs()
+    fleet = clusters.Fleet(label="cluster", targets=(clusters.Target(context="eu", value="eu-1"),
+                                                     clusters.Target(context="us", value="us-1")))
+    asked: list[tuple[tuple[str, ...], float, float]] = []
+
+    def many(namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+        asked.append((tuple(namespaces), start_s, end_s))  # answers for both clusters, as a store may
+        return {replace(k, namespace=qualify(v, k.namespace)): b for v in ("eu-1", "us-1") for k, b in batches.items()}
+    found = clusters.one_cluster(many, fleet, "us")(["shop"], NOW - 600, NOW)
+    assert asked == [(("us-1/shop",), NOW - 600, NOW)]
+    assert found == batches  # plain namespaces, us's batches only (the fake's eu answers dropped)
 
 
 def test_backtest_takes_the_same_cluster_flags_and_refuses_bad_ones_before_reading(
