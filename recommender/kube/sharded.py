@@ -13,7 +13,7 @@ namespace, the VPA and the shard, so the writers of a VPA can be counted from th
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podtailor.runtime.shards import shard_of
@@ -54,10 +54,10 @@ class ShardedStore:
         self._logged("VPA status", vpa, wrote=wrote, refused=refused)
         return wrote
 
-    def load_checkpoint(self, vpa: VpaIdentity) -> dict[str, Any] | None:
+    def load_checkpoint(self, vpa: VpaIdentity) -> Mapping[str, object] | None:
         return self.inner.load_checkpoint(vpa)
 
-    def save_checkpoint(self, vpa: VpaIdentity, spec: dict[str, Any]) -> None:
+    def save_checkpoint(self, vpa: VpaIdentity, spec: Mapping[str, object]) -> None:
         refused = not self.owns(vpa.namespace)
         if not refused:
             self.inner.save_checkpoint(vpa, spec)
