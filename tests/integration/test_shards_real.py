@@ -5,7 +5,8 @@ Each replica is a ``run`` process of its own with short Leases (6 s, renew deadl
 checkpoint at every pass, so every pass writes for every VPA it serves. Writers are counted from the replicas'
 own logs (the store guard logs each write it lets through, with the namespace and the VPA), and the shards each
 replica serves are read from its ``/readyz``. The second test compares the statuses of one recommender with
-those of 3 sharded replicas over the same history.
+those of 3 sharded replicas over the same history, with ``vpa`` (no fleet) and with the default strategy,
+whose prices are relative to the whole fleet (shared through the shard Leases' ``podtailor.io/fleet-sums``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import pytest
 from kubernetes import client
 
 from podtailor.runtime.shards import shard_of
+from recommender.kube.fleet_share import FLEET_ANNOTATION, decode
+from recommender.model.fleet import combine
 from tests.harness.process import free_port
 from tests.harness.prometheus import LocalPrometheus
 from tests.integration.test_recommender_real import _get, make_deployment, make_vpa, vpa_status
@@ -113,10 +116,10 @@ class Replica:
 
 
 def start_replica(cluster: Any, prometheus: LocalPrometheus, lease_ns: str, names: list[str], tmp: Path,
-                  tag: str, shards: int = SHARDS) -> Replica:
+                  tag: str, shards: int = SHARDS, strategy: str = "vpa") -> Replica:
     port, log = free_port(), tmp / f"replica-{tag}.log"
     cmd = [sys.executable, "-m", "recommender", "run", "--kubeconfig", cluster.kubeconfig, "--prometheus-url",
-           prometheus.url, "--scrape-interval", "60s", "--history", "2d", "--strategy", "vpa", "--interval", "2s",
+           prometheus.url, "--scrape-interval", "60s", "--history", "2d", "--strategy", strategy, "--interval", "2s",
            "--checkpoint-every", "1s", "--listen", f"127.0.0.1:{port}", "--leader-election-namespace", lease_ns,
            "--shards", str(shards), "--lease-duration", str(LEASE_S), "--renew-deadline", str(RENEW_S),
            "--retry-period", str(RETRY_S), "--log-format", "json", "--log-level", "debug",
@@ -230,18 +233,36 @@ def recommendations(api: client.ApiClient, names: list[str]) -> dict[str, Any]:
     return {ns: vpa_status(api, ns, "web").get("recommendation") for ns in names}
 
 
+def own_fleet_passes(replica: Replica) -> int:
+    """The passes ``replica`` priced in its own shards' fleet (other shards' sums not usable), from its log."""
+    return replica.log.read_text().count("fleet from this replica's shards only")
+
+
+def stable_recommendations(api: client.ApiClient, names: list[str], reads: int = 4) -> dict[str, Any]:
+    """Every VPA's recommendation once all have one and ``reads`` reads in a row, a pass (2 s) and more apart,
+    found them unchanged: with the default strategy a sharded replica's first passes price in its own shards'
+    fleet, until the other shards' sums are published (a retry period) and read (another)."""
+    seen: list[dict[str, Any]] = []
+
+    def probe() -> dict[str, Any] | None:
+        seen.append(recommendations(api, names))
+        last = seen[-reads:]
+        steady = len(last) == reads and all(last[-1].values()) and all(r == last[-1] for r in last)
+        return last[-1] if steady else None
+
+    return eventually("every VPA's recommendation stable", probe, timeout_s=120, interval_s=2.5)
+
+
+@pytest.mark.parametrize("strategy", ["vpa", "podtailor"])
 def test_one_recommender_and_three_sharded_replicas_give_equal_statuses(
     api: client.ApiClient, cluster: Any, namespace: str, prometheus: LocalPrometheus, fleet: list[str],
-    tmp_path: Path,
+    tmp_path: Path, strategy: str,
 ) -> None:
-    single = start_replica(cluster, prometheus, namespace, fleet, tmp_path, "single", shards=1)
+    single = start_replica(cluster, prometheus, namespace, fleet, tmp_path, "single", shards=1, strategy=strategy)
     try:
-        eventually("every VPA recommended by one recommender", lambda: all(
-            recommendations(api, fleet).values()), timeout_s=90, interval_s=0.5)
-        time.sleep(3)  # a pass more, as for the sharded replicas below
+        alone = stable_recommendations(api, fleet)
     finally:
         stop_all([single])
-    alone = recommendations(api, fleet)
     custom = client.CustomObjectsApi(api)
     for ns in fleet:  # start again from nothing: no status, no checkpoint
         obj = custom.get_namespaced_custom_object("autoscaling.k8s.io", "v1", ns, "verticalpodautoscalers", "web")
@@ -250,15 +271,25 @@ def test_one_recommender_and_three_sharded_replicas_give_equal_statuses(
                                                        "web", obj)
         custom.delete_namespaced_custom_object("podtailor.io", "v1alpha1", ns, "recommendercheckpoints", "web")
     assert not any(recommendations(api, fleet).values())
-    replicas = [start_replica(cluster, prometheus, namespace, fleet, tmp_path, f"s{k}") for k in range(REPLICAS)]
+    replicas = [start_replica(cluster, prometheus, namespace, fleet, tmp_path, f"s{k}", strategy=strategy)
+                for k in range(REPLICAS)]
     try:
         eventually("3 replicas serving 2 shards each", lambda: balanced(replicas), timeout_s=90, interval_s=0.5)
-        eventually("every VPA recommended by the sharded replicas", lambda: all(
-            recommendations(api, fleet).values()), timeout_s=60, interval_s=0.5)
-        time.sleep(3)  # a pass more: what they wrote is what they go on writing
-        sharded = recommendations(api, fleet)
+        sharded = stable_recommendations(api, fleet)
+        own_fleet = [own_fleet_passes(r) for r in replicas]
+        time.sleep(5)  # two passes more: each priced in the whole fleet, none in its own shards' alone
+        assert [own_fleet_passes(r) for r in replicas] == own_fleet
     finally:
         stop_all(replicas)
+    print(f"\n{strategy}: passes each replica priced in its own shards' fleet (sums not yet shared): {own_fleet}")
+    if strategy == "podtailor":  # the shard Leases carry the whole fleet: every one of the 12 containers, once
+        leases = client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
+        notes = [decode(lease.metadata.annotations[FLEET_ANNOTATION]) for lease in leases
+                 if "-shard-" in lease.metadata.name]
+        assert len(notes) == SHARDS and {strategy_name for _, strategy_name, _ in notes} == {"podtailor"}
+        whole = combine(sums for sums, _, _ in notes)
+        assert (whole.cpu_count, whole.memory_count) == (len(fleet), len(fleet))
+        assert all(sums.memory_count == 2 for sums, _, _ in notes)  # two namespaces in each shard
     differing = {ns: (alone[ns], sharded[ns]) for ns in fleet if sharded[ns] != alone[ns]}
     assert not differing, json.dumps(differing, indent=1)
     assert len({json.dumps(r, sort_keys=True) for r in alone.values()}) == len(fleet)  # twelve different answers
