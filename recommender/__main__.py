@@ -147,10 +147,18 @@ def cmd_run(args: argparse.Namespace) -> NoReturn:
     if args.shards > 1:
         from podtailor.runtime.leader import identity
         from podtailor.runtime.shard_leases import ShardedElection
+        from podtailor.runtime.shards import LeaseNotes
+        from recommender.kube.fleet_share import FLEET_ANNOTATION, ShardedFleet
         from recommender.kube.sharded import ShardedStore
 
+        notes = LeaseNotes(FLEET_ANNOTATION)
         election = ShardedElection(api, base=args.leader_election_id, namespace=args.leader_election_namespace,
-                                   identity=identity(), shards=args.shards, timings=timings)
+                                   identity=identity(), shards=args.shards, timings=timings, notes=notes)
+        # Sums older than 3 passes (and the up to 2 retry periods a note waits to be written, then read) are
+        # not used: the replica then prices against its own shards' fleet.
+        engine.fleet_share = ShardedFleet(notes, election.table.serving, shards=args.shards,
+                                          strategy=engine.strategy.name,
+                                          max_age_s=3 * args.interval + 2 * timings.retry_s)
         engine.store = ShardedStore(engine.store, election.table.owns, args.shards,  # before the first pass
                                     refused=engine.metrics.writes_refused.inc)
         table = election.table

@@ -5,7 +5,8 @@ the VPAs this recommender serves, resolves each target workload, restores state 
 time (or loads the whole history window from the source), reads only new samples afterwards, grouped so the
 number of source requests does not grow with the number of VPAs, recommends per workload
 (``recommend.recommend_workload``, the path ``report`` and ``backtest`` take too, with the fleet of every
-served container) and writes ``status`` when something changed. If the source fails, nothing is recomputed:
+served container; a sharded replica combines its part of the fleet with the other shards', ``FleetShare``)
+and writes ``status`` when something changed. If the source fails, nothing is recomputed:
 the last good recommendation stays and a ``Stale`` condition says why. A container without history gets no
 target (never a zero or a floor). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
 ``podtailor.io/risk`` annotation is served by the strategy at that risk setting (``strategy_at_risk``, one
@@ -28,8 +29,9 @@ from recommender.kube.cluster import Workload
 from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec
 from recommender.kube.vpa_status import StatusBuilder, build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
+from recommender.model.fleet import FleetSums
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
-from recommender.recommend import fleet_of, fold_new, has_target, recommend_workload, strategy_for
+from recommender.recommend import fleet_of, fleet_parts, fold_new, has_target, recommend_workload, strategy_for
 from recommender.sources.errors import PartialSourceError
 
 log = logging.getLogger("podtailor.recommender")
@@ -39,6 +41,14 @@ RISK_CACHE_SIZE = 16
 
 class UsageSource(Protocol):
     def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+        ...
+
+
+class FleetShare(Protocol):
+    """Where a replica that serves part of the cluster (``--shards``) gets the whole fleet from."""
+
+    def fleet(self, parts: Mapping[str, FleetSums], now_s: float) -> FleetSums:
+        """The whole fleet's sums, given this replica's parts by namespace (which it may publish)."""
         ...
 
 
@@ -104,13 +114,16 @@ class PassReport:
 class RecommenderEngine:
     def __init__(self, *, store: VpaStore, source: UsageSource, strategy: Strategy, config: EngineConfig,
                  metrics: RecommenderMetrics, events: Events | None = None,
-                 strategy_at_risk: Callable[[float], Strategy] | None = None) -> None:
+                 strategy_at_risk: Callable[[float], Strategy] | None = None,
+                 fleet_share: FleetShare | None = None) -> None:
         self.store, self.source, self.strategy, self.config, self.metrics = store, source, strategy, config, metrics
         self.events = events
         self.served: dict[str, Served] = {}
         self.strategy_at_risk = strategy_at_risk
         """Builds the strategy at a VPA's ``podtailor.io/risk`` (None: the strategy has no risk setting)."""
         self._by_risk: dict[float, Strategy] = {}
+        self.fleet_share = fleet_share
+        """None: the fleet is every container this engine serves (one recommender for the cluster)."""
 
     # -- discovery ---------------------------------------------------------------------------------------
     def _serves(self, recommenders: tuple[str, ...]) -> bool:
@@ -186,7 +199,7 @@ class RecommenderEngine:
                     if m.spec.namespace not in failed:
                         self._fold(m, batches)
                 reads.append((members, failed, message))  # the batches themselves are not kept
-            fleet = fleet_of(self.strategy, [st for e in entries for st in e.states.values()], now_s)
+            fleet = self._fleet(entries, now_s)
             written = stale = 0
             recs: dict[tuple[str, str, str], Recommendation] = {}
             for members, failed, message in reads:
@@ -198,6 +211,17 @@ class RecommenderEngine:
         self.metrics.vpas_served.set(len(entries))
         return PassReport(served=len(entries), written=written, stale=stale, unsupported=unsupported,
                           recommendations=recs)
+
+    def _fleet(self, entries: list[Served], now_s: float) -> FleetScale | None:
+        """The fleet of every served container (``recommend.fleet_of``); with a ``fleet_share`` (sharded), the
+        fleet it combines from this replica's parts by namespace and the other shards' (``FleetShare``)."""
+        if self.fleet_share is None:
+            return fleet_of(self.strategy, [st for e in entries for st in e.states.values()], now_s)
+        by_namespace: dict[str, list[ContainerState]] = {}
+        for e in entries:
+            by_namespace.setdefault(e.spec.namespace, []).extend(e.states.values())
+        parts = fleet_parts(self.strategy, by_namespace, now_s)
+        return None if parts is None else self.fleet_share.fleet(parts, now_s).scale()
 
     def _read(self, start_s: float, end_s: float,
               members: list[Served]) -> tuple[Mapping[ContainerKey, UsageBatch], frozenset[str], str]:

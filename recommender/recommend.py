@@ -6,8 +6,9 @@ container policy) and the fleet, it returns each container's recommendation and 
 nothing it is given. Every caller passes the same inputs: ``containers_in_pod`` is the number of containers
 passed, the container policy is the VPA's (minAllowed, maxAllowed, controlled resources and values, mode)
 with the fleet set, and the fleet is ``fleet_of`` over every container the caller recommends for, once all
-its history is folded in (the backtest, which has no "all history", gives the fleet of its series' first
-day). The states are the engine's: restored from the VPA's checkpoint where one is usable
+its history is folded in (a sharded engine combines its ``fleet_parts`` with the other shards'; the
+backtest, which has no "all history", gives the fleet of its series' first day). The states are the
+engine's: restored from the VPA's checkpoint where one is usable
 (``recommender.kube.checkpoint``, by the engine and, read-only, by the report) and grown by ``fold_new`` with
 the history after it, else built from the window. Only the sink differs: the engine writes the
 recommendations into the VPA's status, the report puts them in its document and writes nothing, the backtest
@@ -22,6 +23,7 @@ from typing import Protocol
 
 from podtailor.resources import CurrentResources
 from recommender.kube.served import VpaSpec
+from recommender.model.fleet import FleetSums
 from recommender.model.types import (
     ContainerKey,
     ContainerPolicy,
@@ -74,6 +76,17 @@ def fleet_of(strategy: Strategy, states: Iterable[ContainerState], now_s: float)
     """The fleet of every container recommended for (``Strategy.fleet_scale``): pass all states, after all
     history is folded in, so the fleet depends neither on the order nor on the grouping of the reads."""
     return strategy.fleet_scale(states, now_s)
+
+
+def fleet_parts(strategy: Strategy, states: Mapping[str, Iterable[ContainerState]],
+                now_s: float) -> dict[str, FleetSums] | None:
+    """The fleet's parts by namespace (``Strategy.fleet_sums`` of each namespace's states), which combine
+    (``model.fleet.combine``) into exactly the sums behind ``fleet_of`` over all of them; None when the
+    strategy prices nothing relative to the fleet. How a sharded engine shares its part of the fleet."""
+    if strategy.fleet_sums((), now_s) is None:
+        return None
+    parts = {namespace: strategy.fleet_sums(group, now_s) for namespace, group in states.items()}
+    return {namespace: part for namespace, part in parts.items() if part is not None}
 
 
 def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: Callable[[float], Strategy] | None) -> Strategy:

@@ -11,7 +11,9 @@ to agree to well within a lease duration, as Lease expiry itself assumes). Every
 table stops writing for them at once; the Lease is then written with an empty holder, which the other
 replicas' elections take at their next try) and starts a new campaign for each shard whose election ended.
 A shard whose Lease is lost or given up is simply campaigned for again: unlike the single Lease, losing one
-does not end the process. On shutdown the held shards are given up and the membership Lease deleted.
+does not end the process. With ``LeaseNotes``, each read of a shard's Lease records its note annotation and
+each renewal of a held shard writes this replica's note there (on the same request: no write of its own).
+On shutdown the held shards are given up and the membership Lease deleted.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from podtailor.runtime.leader import TimedLeases, start_election
-from podtailor.runtime.shards import LeaseTimings, ShardTable, share
+from podtailor.runtime.shards import LeaseNotes, LeaseTimings, ShardTable, share
 
 log = logging.getLogger("podtailor.runtime.shards")
 GROUP_LABEL = "podtailor.io/shard-group"
@@ -51,9 +53,19 @@ class _ShardLock(LeaseLock):
     """``LeaseLock`` of one shard: takes it only within the share, records each write, writes an empty holder
     once while the shard is given up (and then refuses to renew, so the election ends at its renew deadline)."""
 
-    def __init__(self, name: str, namespace: str, identity: str, *, table: ShardTable, index: int) -> None:
+    def __init__(self, name: str, namespace: str, identity: str, *, table: ShardTable, index: int,
+                 notes: LeaseNotes | None = None) -> None:
         super().__init__(name, namespace, identity)  # type: ignore[no-untyped-call]
-        self.table, self.index = table, index
+        self.table, self.index, self.notes = table, index, notes
+
+    def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        """The Lease read (every retry period, by the election), its note recorded (``LeaseNotes.saw``)."""
+        found, record = super().get(name, namespace)  # type: ignore[no-untyped-call]
+        ref = self.lease_reference
+        if found and self.notes is not None and ref is not None and ref.metadata is not None:
+            annotations = ref.metadata.annotations or {}
+            self.notes.saw(self.index, annotations.get(self.notes.annotation))
+        return bool(found), record
 
     def create(self, name: str, namespace: str, election_record: LeaderElectionRecord) -> bool:
         if not self.table.reserve(self.index):
@@ -71,13 +83,24 @@ class _ShardLock(LeaseLock):
         if not held and not self.table.reserve(self.index):
             return False
         started = self.table.clock()
-        done = bool(super().update(name, namespace, updated_record))  # type: ignore[no-untyped-call]
         if held:
+            self._attach_note()
+            done = bool(super().update(name, namespace, updated_record))  # type: ignore[no-untyped-call]
             if done:
                 self.table.renewed(self.index, started)
         else:
+            done = bool(super().update(name, namespace, updated_record))  # type: ignore[no-untyped-call]
             self.table.settle(self.index, started if done else None)
         return done
+
+    def _attach_note(self) -> None:
+        """This replica's note for a shard it holds onto the Lease its renewal writes (read just before)."""
+        ref = self.lease_reference
+        if self.notes is None or ref is None or ref.metadata is None:
+            return
+        note = self.notes.outgoing(self.index)
+        if note is not None:
+            ref.metadata.annotations = {**(ref.metadata.annotations or {}), self.notes.annotation: note}
 
     def _write_empty_holder(self, name: str, namespace: str, record: LeaderElectionRecord) -> None:
         ref = self.lease_reference
@@ -150,9 +173,10 @@ class ShardedElection:
     before each write, ``describe()`` for ``/readyz``, ``stop()`` on shutdown."""
 
     def __init__(self, api_client: client.ApiClient, *, base: str, namespace: str, identity: str, shards: int,
-                 timings: LeaseTimings) -> None:
+                 timings: LeaseTimings, notes: LeaseNotes | None = None) -> None:
         self.api_client, self.base, self.namespace, self.identity = api_client, base, namespace, identity
-        self.shards, self.timings = shards, timings
+        self.shards, self.timings, self.notes = shards, timings, notes
+        """``notes``: carried on the shard Leases (``LeaseNotes``); None: no annotation is read or written."""
         self.table = ShardTable(shards, renew_s=timings.renew_s)
         self.membership = Membership(TimedLeases(api_client, float(timings.retry_s)), base=base, namespace=namespace,
                                      identity=identity, lease_s=timings.lease_s)
@@ -194,7 +218,7 @@ class ShardedElection:
 
     def _campaign(self, index: int) -> threading.Thread:
         def make_lock(name: str, namespace: str, identity: str) -> LeaseLock:
-            return _ShardLock(name, namespace, identity, table=self.table, index=index)
+            return _ShardLock(name, namespace, identity, table=self.table, index=index, notes=self.notes)
 
         def started() -> None:
             log.info("serving shard", extra={"shard": index, "serving": self.describe()})

@@ -9,7 +9,8 @@ record, safe across threads: the shards it holds, each with the monotonic time i
 shard is held and that time is less than the renew deadline ago: the Lease cannot pass to another replica
 before a whole lease duration after it was written, and the renew deadline is shorter, so writes stop first
 (client-go's ``leaderelection.LeaderElector`` gives up leading at the renew deadline for the same reason).
-Also owns the flags (``--shards`` and the Lease timings) and their checked values (``LeaseTimings``).
+Also owns the flags (``--shards`` and the Lease timings) and their checked values (``LeaseTimings``), and
+the notes replicas leave each other on the shard Leases (``LeaseNotes``).
 """
 
 from __future__ import annotations
@@ -190,3 +191,36 @@ def add_shard_flags(p: argparse._ActionsContainer) -> None:
 def lease_timings(args: argparse.Namespace) -> LeaseTimings:
     """The checked timings of ``add_shard_flags``; ``ValueError`` when they do not fit together."""
     return LeaseTimings(lease_s=args.lease_duration, renew_s=args.renew_deadline, retry_s=args.retry_period)
+
+
+class LeaseNotes:
+    """A note per shard carried in one annotation of the shard Leases, safe across threads: ``publish`` sets
+    what this replica's next renewal of a held shard's Lease writes there, ``seen`` is the value last read
+    from each shard's Lease (the elections read every Lease once per retry period anyway, so sharing costs no
+    request of its own). What the notes mean is the caller's (the recommender shares its fleet's sums)."""
+
+    def __init__(self, annotation: str) -> None:
+        self.annotation = annotation
+        self._outgoing: dict[int, str] = {}
+        self._seen: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def publish(self, index: int, value: str) -> None:
+        with self._lock:
+            self._outgoing[index] = value
+
+    def outgoing(self, index: int) -> str | None:
+        with self._lock:
+            return self._outgoing.get(index)
+
+    def saw(self, index: int, value: str | None) -> None:
+        """The annotation as the Lease of ``index`` was just read (None: it has none)."""
+        with self._lock:
+            if value is None:
+                self._seen.pop(index, None)
+            else:
+                self._seen[index] = value
+
+    def seen(self, index: int) -> str | None:
+        with self._lock:
+            return self._seen.get(index)

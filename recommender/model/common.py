@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from recommender.model.fleet import FleetSums
 from recommender.model.types import ContainerState, FleetScale, FloatArray, HistoryPlan, Samples, UsageBatch
 
 DAY_S = 86400.0
@@ -130,21 +131,20 @@ class StrategyBase(Generic[P, S]):
         """Everything at full resolution unless the strategy says what it weighs less."""
         return HistoryPlan()
 
-    def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
+    def fleet_sums(self, states: Iterable[ContainerState], now_s: float) -> FleetSums | None:
         """None: prices nothing relative to the fleet (strategies that do override it)."""
         return None
+
+    def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
+        """The fleet of ``states``: their ``fleet_sums``' means (None: no fleet, or no state with history)."""
+        sums = self.fleet_sums(states, now_s)
+        return None if sums is None else sums.scale()
 
 
 def fleet_from_sizes(cpu_cores: Iterable[float], memory_bytes: Iterable[float]) -> FleetScale | None:
     """A ``FleetScale`` from per-container sizes: the mean of the finite ones of each resource (0 for a resource
-    with none). None when neither has any."""
-    cpu = np.array(list(cpu_cores), dtype=np.float64)
-    memory = np.array(list(memory_bytes), dtype=np.float64)
-    cpu, memory = cpu[np.isfinite(cpu)], memory[np.isfinite(memory)]
-    if not cpu.size and not memory.size:
-        return None
-    return FleetScale(cpu_cores=float(cpu.mean()) if cpu.size else 0.0,
-                      memory_bytes=float(memory.mean()) if memory.size else 0.0)
+    with none), through ``FleetSums`` as every fleet is. None when neither has any."""
+    return FleetSums.of(cpu_cores, memory_bytes).scale()
 
 
 def fleet_from_samples(containers: Iterable[tuple[FloatArray, FloatArray | None]]) -> FleetScale | None:

@@ -12,7 +12,7 @@ margin), by default the priced level of the window's hourly peaks (``memory_pric
 the margin per container from the jumps of its hourly peaks (``memory_margin``, ``peaks.jump_margin``), held
 between memory moves so that it never moves a target by itself. Both prices are divided by the risk setting;
 relative to the fleet when the caller says what fleet the container is in (``ContainerPolicy.fleet``: the
-engine, the report and the backtest do; ``fleet_scale`` computes it from the states). The memory
+engine, the report and the backtest do; ``fleet_sums`` gives it as summable parts of the states). The memory
 target is floored by recent OOM bumps (``oom``) capped at maxAllowed (the bump never enters the histogram, so a
 cap cannot feed itself: VPA #9521). With thin history (``confidence``) a request is never lowered below the
 current one; both are floored at the pod's minimum split over its containers (``floors``). Resizes: a resource
@@ -33,7 +33,8 @@ import numpy as np
 
 from podtailor.resources import CurrentResources
 from podtailor.units import format_cpu, format_memory, human_memory
-from recommender.model.common import MIB, StrategyBase, fleet_from_sizes, lower_multiplier, upper_multiplier
+from recommender.model.common import MIB, StrategyBase, lower_multiplier, upper_multiplier
+from recommender.model.fleet import FleetSums
 from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.podtailor_cpu_parts import CpuLimitRule
 from recommender.model.podtailor_memory_parts import MemoryMarginMode, MemoryStatistic
@@ -82,10 +83,11 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         fast = state.cpu_fast.percentile(p) if self.params.cpu.fast_half_life_s > 0 else None
         return _max_opt(state.cpu.percentile(p), fast)
 
-    def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
-        """The mean over ``states`` (those with history) of their slow CPU histogram's p95
-        (``cpu.upper_percentile``) and of their largest hourly memory peak in the window: the sizes the fleet
-        prices are in units of (``cpu_price.fleet_ratio``, ``memory_price.fleet_hours``)."""
+    def fleet_sums(self, states: Iterable[ContainerState], now_s: float) -> FleetSums:
+        """The fleet of ``states`` as summable parts (``fleet.FleetSums``; ``fleet_scale`` is their means): over
+        those with history, their slow CPU histogram's p95 (``cpu.upper_percentile``) and their largest hourly
+        memory peak in the window, the sizes the fleet prices are in units of (``cpu_price.fleet_ratio``,
+        ``memory_price.fleet_hours``)."""
         prm = self.params
         cpu: list[float] = []
         memory: list[float] = []
@@ -95,7 +97,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                 peak = state.memory_max.max(now_s=now_s, window_s=prm.memory.window_s)
                 cpu.append(math.nan if p95 is None else p95)
                 memory.append(math.nan if peak is None else peak)
-        return fleet_from_sizes(cpu, memory)
+        return FleetSums.of(cpu, memory)
 
     def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None) -> ResourceEstimate | None:
         prm = self.params

@@ -12,13 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from podtailor.resources import CurrentResources, Resources
 from podtailor.vpa import ControlledValues
+
+if TYPE_CHECKING:  # fleet.py builds FleetScale values from its parts
+    from recommender.model.fleet import FleetSums
 
 FloatArray = NDArray[np.float64]
 PodIndex = NDArray[np.int32]
@@ -122,7 +125,8 @@ class FleetScale:
     """The reference sizes of the fleet a container is recommended in: the mean over its containers of their
     CPU p95 (cores) and of their largest memory peak (bytes). A strategy that prices overruns relative to the
     fleet (podtailor) reads them; who runs it over many containers says what they are (the engine from the
-    containers it serves, the backtest from the first day of every series)."""
+    containers it serves, and under ``--shards`` from every shard's published sums; the backtest from the first
+    day of every series). Built from summable parts (``fleet.FleetSums``)."""
 
     cpu_cores: float
     memory_bytes: float
@@ -199,9 +203,15 @@ class Strategy(Protocol):
 
     def parameters(self) -> dict[str, Any]: ...
 
+    def fleet_sums(self, states: Iterable[ContainerState], now_s: float) -> FleetSums | None:
+        """These containers' part of the fleet (``fleet.FleetSums``), for strategies that price relative to the
+        fleet (None: this strategy does not). Parts of disjoint sets of states combine (``fleet.combine``)
+        into the part of their union, so a fleet can be summed over shards held by different replicas."""
+        ...
+
     def fleet_scale(self, states: Iterable[ContainerState], now_s: float) -> FleetScale | None:
-        """The ``FleetScale`` of these containers' states, for strategies that price relative to the fleet
-        (None: this strategy does not, or no state has history)."""
+        """The ``FleetScale`` of these containers' states: ``fleet_sums(states).scale()`` (None: this strategy
+        does not price relative to the fleet, or no state has history)."""
         ...
 
     def history_plan(self) -> HistoryPlan: ...

@@ -5,7 +5,8 @@ Each replica is a ``run`` process of its own with short Leases (6 s, renew deadl
 checkpoint at every pass, so every pass writes for every VPA it serves. Writers are counted from the replicas'
 own logs (the store guard logs each write it lets through, with the namespace and the VPA), and the shards each
 replica serves are read from its ``/readyz``. The second test compares the statuses of one recommender with
-those of 3 sharded replicas over the same history.
+those of 3 sharded replicas over the same history, with ``vpa`` (no fleet) and with the default strategy,
+whose prices are relative to the whole fleet (shared through the shard Leases' ``podtailor.io/fleet-sums``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,8 @@ import pytest
 from kubernetes import client
 
 from podtailor.runtime.shards import shard_of
+from recommender.kube.fleet_share import FLEET_ANNOTATION, decode
+from recommender.model.fleet import combine
 from tests.harness.process import free_port
 from tests.harness.prometheus import LocalPrometheus
 from tests.integration.test_recommender_real import _get, make_deployment, make_vpa, vpa_status
@@ -53,10 +56,39 @@ def namespaces_over_every_shard(prefix: str, per_shard: int = 2) -> list[str]:
     return sorted(n for names in found.values() for n in names)
 
 
+def level(k: int) -> Spikes:
+    """The usage of the k-th namespace of ``fleet``: a different level in each, all below the requests."""
+    return Spikes(cpu_cores=0.1 + 0.02 * k, memory_bytes=(100 + 10 * k) * Mi, spike_cpu_cores=0.4, period_s=3600,
+                  duration_s=300)
+
+
+def uneven_level(k: int) -> Spikes:
+    """The usage of the k-th namespace of ``uneven_fleet``, 1.5^k times 0.6 cores and 300 MiB (x 2 in the first
+    5 min of each hour): above the requests, and spread 86-fold, so a replica's own shards' fleet is far from
+    the whole one's, and the default strategy's CPU targets of the middle sizes move with the fleet (covering
+    the spikes or not: at k = 4 6,710m in the whole fleet, 3,395m in one half its size, worked out offline
+    with the strategy)."""
+    g = 1.5**k
+    return Spikes(cpu_cores=0.6 * g, memory_bytes=int(300 * Mi * g), spike_cpu_cores=0.6 * g,
+                  spike_memory_bytes=int(300 * Mi * g), period_s=3600, duration_s=300)
+
+
 @pytest.fixture
 def fleet(api: client.ApiClient, crds: list[str], prometheus: LocalPrometheus, tmp_path: Path) -> Iterator[list[str]]:
     """Twelve namespaces with a Deployment, a VPA and a day of history each (a different level in each)."""
-    names = namespaces_over_every_shard(f"sh{secrets.token_hex(3)}")
+    yield from backfilled(api, prometheus, tmp_path, level)
+
+
+@pytest.fixture
+def uneven_fleet(api: client.ApiClient, crds: list[str], prometheus: LocalPrometheus,
+                 tmp_path: Path) -> Iterator[list[str]]:
+    """As ``fleet``, at ``uneven_level``, the sizes growing with the shard (two consecutive sizes a shard)."""
+    yield from backfilled(api, prometheus, tmp_path, uneven_level)
+
+
+def backfilled(api: client.ApiClient, prometheus: LocalPrometheus, tmp_path: Path,
+               usage: Callable[[int], Spikes]) -> Iterator[list[str]]:
+    names = sorted(namespaces_over_every_shard(f"sh{secrets.token_hex(3)}"), key=lambda n: (shard_of(n, SHARDS), n))
     core = client.CoreV1Api(api)
     # History ends 10 min ago: beyond the recommender's read lag (2 min), so a first pass at any moment of the
     # test reads all of it, and two runs minutes apart read the same samples.
@@ -66,8 +98,7 @@ def fleet(api: client.ApiClient, crds: list[str], prometheus: LocalPrometheus, t
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         make_deployment(api, ns)
         make_vpa(api, ns, "web", "web")
-        model = Spikes(cpu_cores=0.1 + 0.02 * k, memory_bytes=(100 + 10 * k) * Mi, spike_cpu_cores=0.4,
-                       period_s=3600, duration_s=300)
+        model = usage(k)
         containers.append(ExportContainer(
             namespace=ns, pod=f"web-{k}-aaaaa", container="app", node="n1", model=model, pod_uid=f"uid-{ns}",
             owner_kind="ReplicaSet", owner_name="web-rs", replicaset_owner_kind="Deployment",
@@ -78,7 +109,7 @@ def fleet(api: client.ApiClient, crds: list[str], prometheus: LocalPrometheus, t
         write_openmetrics(out, containers, now_s=end_s, days=1, step_s=60)
     prometheus.backfill(path)
     try:
-        yield names
+        yield sorted(names)
     finally:
         for ns in names:
             core.delete_namespace(ns)
@@ -113,10 +144,10 @@ class Replica:
 
 
 def start_replica(cluster: Any, prometheus: LocalPrometheus, lease_ns: str, names: list[str], tmp: Path,
-                  tag: str, shards: int = SHARDS) -> Replica:
+                  tag: str, shards: int = SHARDS, strategy: str = "vpa") -> Replica:
     port, log = free_port(), tmp / f"replica-{tag}.log"
     cmd = [sys.executable, "-m", "recommender", "run", "--kubeconfig", cluster.kubeconfig, "--prometheus-url",
-           prometheus.url, "--scrape-interval", "60s", "--history", "2d", "--strategy", "vpa", "--interval", "2s",
+           prometheus.url, "--scrape-interval", "60s", "--history", "2d", "--strategy", strategy, "--interval", "2s",
            "--checkpoint-every", "1s", "--listen", f"127.0.0.1:{port}", "--leader-election-namespace", lease_ns,
            "--shards", str(shards), "--lease-duration", str(LEASE_S), "--renew-deadline", str(RENEW_S),
            "--retry-period", str(RETRY_S), "--log-format", "json", "--log-level", "debug",
@@ -230,18 +261,37 @@ def recommendations(api: client.ApiClient, names: list[str]) -> dict[str, Any]:
     return {ns: vpa_status(api, ns, "web").get("recommendation") for ns in names}
 
 
+def own_fleet_passes(replica: Replica) -> int:
+    """The passes ``replica`` priced in its own shards' fleet (other shards' sums not usable), from its log."""
+    return replica.log.read_text().count("fleet from this replica's shards only")
+
+
+def stable_recommendations(api: client.ApiClient, names: list[str], reads: int = 4) -> dict[str, Any]:
+    """Every VPA's recommendation once all have one and ``reads`` reads in a row, a pass (2 s) and more apart,
+    found them unchanged: with the default strategy a sharded replica's first passes price in its own shards'
+    fleet, until the other shards' sums are published (a retry period) and read (another)."""
+    seen: list[dict[str, Any]] = []
+
+    def probe() -> dict[str, Any] | None:
+        seen.append(recommendations(api, names))
+        last = seen[-reads:]
+        steady = len(last) == reads and all(last[-1].values()) and all(r == last[-1] for r in last)
+        return last[-1] if steady else None
+
+    return eventually("every VPA's recommendation stable", probe, timeout_s=120, interval_s=2.5)
+
+
+@pytest.mark.parametrize("strategy", ["vpa", "podtailor"])
 def test_one_recommender_and_three_sharded_replicas_give_equal_statuses(
-    api: client.ApiClient, cluster: Any, namespace: str, prometheus: LocalPrometheus, fleet: list[str],
-    tmp_path: Path,
+    api: client.ApiClient, cluster: Any, namespace: str, prometheus: LocalPrometheus, uneven_fleet: list[str],
+    tmp_path: Path, strategy: str,
 ) -> None:
-    single = start_replica(cluster, prometheus, namespace, fleet, tmp_path, "single", shards=1)
+    fleet = uneven_fleet
+    single = start_replica(cluster, prometheus, namespace, fleet, tmp_path, "single", shards=1, strategy=strategy)
     try:
-        eventually("every VPA recommended by one recommender", lambda: all(
-            recommendations(api, fleet).values()), timeout_s=90, interval_s=0.5)
-        time.sleep(3)  # a pass more, as for the sharded replicas below
+        alone = stable_recommendations(api, fleet)
     finally:
         stop_all([single])
-    alone = recommendations(api, fleet)
     custom = client.CustomObjectsApi(api)
     for ns in fleet:  # start again from nothing: no status, no checkpoint
         obj = custom.get_namespaced_custom_object("autoscaling.k8s.io", "v1", ns, "verticalpodautoscalers", "web")
@@ -250,15 +300,25 @@ def test_one_recommender_and_three_sharded_replicas_give_equal_statuses(
                                                        "web", obj)
         custom.delete_namespaced_custom_object("podtailor.io", "v1alpha1", ns, "recommendercheckpoints", "web")
     assert not any(recommendations(api, fleet).values())
-    replicas = [start_replica(cluster, prometheus, namespace, fleet, tmp_path, f"s{k}") for k in range(REPLICAS)]
+    replicas = [start_replica(cluster, prometheus, namespace, fleet, tmp_path, f"s{k}", strategy=strategy)
+                for k in range(REPLICAS)]
     try:
         eventually("3 replicas serving 2 shards each", lambda: balanced(replicas), timeout_s=90, interval_s=0.5)
-        eventually("every VPA recommended by the sharded replicas", lambda: all(
-            recommendations(api, fleet).values()), timeout_s=60, interval_s=0.5)
-        time.sleep(3)  # a pass more: what they wrote is what they go on writing
-        sharded = recommendations(api, fleet)
+        sharded = stable_recommendations(api, fleet)
+        own_fleet = [own_fleet_passes(r) for r in replicas]
+        time.sleep(5)  # two passes more: each priced in the whole fleet, none in its own shards' alone
+        assert [own_fleet_passes(r) for r in replicas] == own_fleet
     finally:
         stop_all(replicas)
+    print(f"\n{strategy}: passes each replica priced in its own shards' fleet (sums not yet shared): {own_fleet}")
+    if strategy == "podtailor":  # the shard Leases carry the whole fleet: every one of the 12 containers, once
+        leases = client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
+        notes = [decode(lease.metadata.annotations[FLEET_ANNOTATION]) for lease in leases
+                 if "-shard-" in lease.metadata.name]
+        assert len(notes) == SHARDS and {strategy_name for _, strategy_name, _ in notes} == {"podtailor"}
+        whole = combine(sums for sums, _, _ in notes)
+        assert (whole.cpu_count, whole.memory_count) == (len(fleet), len(fleet))
+        assert all(sums.memory_count == 2 for sums, _, _ in notes)  # two namespaces in each shard
     differing = {ns: (alone[ns], sharded[ns]) for ns in fleet if sharded[ns] != alone[ns]}
     assert not differing, json.dumps(differing, indent=1)
     assert len({json.dumps(r, sort_keys=True) for r in alone.values()}) == len(fleet)  # twelve different answers

@@ -1,0 +1,84 @@
+"""The fleet as summable parts: ``FleetSums`` (per resource, the exact sum of the containers' sizes and their count).
+
+Owns how a ``FleetScale`` (the mean over a fleet's containers of their CPU p95 and largest memory peak) is
+built from parts, so that any split of the fleet (namespaces, shards held by different replicas) combines into
+the same fleet: ``combine(parts).scale()``. Sums are exact (``fractions.Fraction``; every finite double is a
+whole multiple of 2**-1074), so the combination does not depend on the order or grouping of the parts, and the
+mean is the correctly rounded quotient: a fleet split across three replicas gives the bit-identical
+``FleetScale`` one process gives. Pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from recommender.model.types import FleetScale
+
+_ULP_BITS = 1074
+"""2**-1074 is the smallest positive double: every finite double is a whole multiple of it."""
+
+
+def exact_sum(values: Iterable[float]) -> Fraction:
+    """The exact sum of finite ``values`` (no rounding at all, unlike ``sum`` or ``math.fsum``'s result)."""
+    total = 0
+    for v in values:
+        n, d = float(v).as_integer_ratio()  # d is a power of two, at most 2**1074
+        total += n << (_ULP_BITS - (d.bit_length() - 1))
+    return Fraction(total, 1 << _ULP_BITS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetSums:
+    """One part of a fleet: per resource, the exact sum of its containers' sizes and how many containers have
+    one (a container without CPU history but with memory counts for memory only, as in ``FleetScale``)."""
+
+    cpu_cores_sum: Fraction
+    """Sum of the containers' CPU p95, in cores."""
+    cpu_count: int
+    memory_bytes_sum: Fraction
+    """Sum of the containers' largest memory peak, in bytes."""
+    memory_count: int
+
+    def __post_init__(self) -> None:
+        for total, count, name in ((self.cpu_cores_sum, self.cpu_count, "cpu"),
+                                   (self.memory_bytes_sum, self.memory_count, "memory")):
+            if count < 0 or total < 0:
+                raise ValueError(f"FleetSums: {name} sum and count must be >= 0, got {total} and {count}")
+            if count == 0 and total != 0:
+                raise ValueError(f"FleetSums: a {name} sum of {total} over no containers")
+
+    @staticmethod
+    def zero() -> FleetSums:
+        return FleetSums(cpu_cores_sum=Fraction(0), cpu_count=0, memory_bytes_sum=Fraction(0), memory_count=0)
+
+    @staticmethod
+    def of(cpu_cores: Iterable[float], memory_bytes: Iterable[float]) -> FleetSums:
+        """The part made of these per-container sizes, the finite ones of each resource."""
+        cpu = [c for c in cpu_cores if math.isfinite(c)]
+        memory = [m for m in memory_bytes if math.isfinite(m)]
+        return FleetSums(cpu_cores_sum=exact_sum(cpu), cpu_count=len(cpu), memory_bytes_sum=exact_sum(memory),
+                         memory_count=len(memory))
+
+    def __add__(self, other: FleetSums) -> FleetSums:
+        return FleetSums(cpu_cores_sum=self.cpu_cores_sum + other.cpu_cores_sum,
+                         cpu_count=self.cpu_count + other.cpu_count,
+                         memory_bytes_sum=self.memory_bytes_sum + other.memory_bytes_sum,
+                         memory_count=self.memory_count + other.memory_count)
+
+    def scale(self) -> FleetScale | None:
+        """The fleet's means (0 for a resource no container has); None when no container has either."""
+        if not self.cpu_count and not self.memory_count:
+            return None
+        return FleetScale(cpu_cores=float(self.cpu_cores_sum / self.cpu_count) if self.cpu_count else 0.0,
+                          memory_bytes=float(self.memory_bytes_sum / self.memory_count) if self.memory_count else 0.0)
+
+
+def combine(parts: Iterable[FleetSums]) -> FleetSums:
+    """The fleet made of ``parts`` (of disjoint sets of containers): their sums and counts added."""
+    total = FleetSums.zero()
+    for part in parts:
+        total = total + part
+    return total
