@@ -285,13 +285,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
         state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
-        state.calibrate_budget(policy.fleet)
-        m_cpu, m_mem = state.budget_margins(policy.fleet)
+        m_cpu, m_mem = state.calibrate_budget(prm.budget, policy.fleet)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu, policy.fleet, m_cpu)
         cpu_floor, memory_floor = prm.floors.pod_cpu_millicores / 1000.0 / n, prm.floors.pod_memory_mib * MIB / n
         cpu, r_cpu_floor = _floored("cpu", cpu, cpu_floor, _cpu_text(cpu_floor))
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
+        if prm.budget.cpu_over_share > 0 and cpu is not None:
+            state.budget.cpu_target_cores = cpu.target
         cur_mem = current.requests.memory_bytes
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:

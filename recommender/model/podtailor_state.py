@@ -23,6 +23,7 @@ from recommender.model.common import DAY_S, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.observed import Observed, SeenSpan, adaptive_step, throttle_corrected
 from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
+from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.podtailor_params import PodtailorParams
 from recommender.model.types import FleetScale, FloatArray, OomKill, UsageBatch
 
@@ -98,44 +99,45 @@ class PodtailorState(SeenSpan):
                                            (prm.cpu.min_request_percentile, prm.cpu.request_percentile))
         self.pending_cpu, self.pending_cpu_s = [], 0.0
 
-    def calibrate_budget(self, fleet: FleetScale | None) -> None:
-        """Fold the overruns counted since the last call into the budget's log-margins (``RiskBudget.cpu_step``,
-        ``memory_step``), starting from the fleet's margin (else 1) where the container has none yet."""
-        prm, b = self.params.budget, self.budget
-        if not prm.on:
-            return
-        if prm.cpu_over_share > 0 and b.cpu_seen_s > 0:
-            start = b.cpu_log_margin if b.cpu_log_margin is not None else _fleet_margin(fleet, "cpu_log_margin")
-            b.cpu_log_margin = prm.cpu_step(start, over_s=b.cpu_over_s, seen_s=b.cpu_seen_s,
-                                            observed_days=b.total_cpu_seen_s / DAY_S)
-        if prm.oom_per_month > 0 and b.memory_seen_s > 0:
-            start = b.memory_log_margin if b.memory_log_margin is not None else _fleet_margin(fleet,
-                                                                                              "memory_log_margin")
-            b.memory_log_margin = prm.memory_step(start, kills=b.memory_kills, seen_s=b.memory_seen_s,
-                                                  observed_days=b.total_memory_seen_s / DAY_S)
-        b.cpu_over_s = b.cpu_seen_s = b.memory_seen_s = 0.0
-        b.memory_kills = 0
-
-    def budget_margins(self, fleet: FleetScale | None) -> tuple[float, float]:
-        """The CPU and memory margins the budget multiplies the priced levels by (1 where not budgeted)."""
-        prm, b = self.params.budget, self.budget
-        cpu = b.cpu_log_margin if b.cpu_log_margin is not None else _fleet_margin(fleet, "cpu_log_margin")
-        mem = b.memory_log_margin if b.memory_log_margin is not None else _fleet_margin(fleet, "memory_log_margin")
-        return (math.exp(cpu) if prm.cpu_over_share > 0 else 1.0, math.exp(mem) if prm.oom_per_month > 0 else 1.0)
+    def calibrate_budget(self, budget: RiskBudget, fleet: FleetScale | None) -> tuple[float, float]:
+        """Fold the overruns counted since the last call into the log-margins of the resources ``budget``
+        budgets (``RiskBudget.cpu_step``, ``memory_step``); a resource budgeted for the first time starts from
+        the fleet's margin (else 1), and from then on its overruns are counted. The budget is the recommending
+        strategy's (a VPA's annotation may state one the state's own parameters do not). Returns the CPU and
+        memory margins to multiply the priced levels by (1 where not budgeted)."""
+        b = self.budget
+        cpu = mem = 1.0
+        if budget.cpu_over_share > 0:
+            if b.cpu_log_margin is None:
+                b.cpu_log_margin = _fleet_margin(fleet, "cpu_log_margin")
+            elif b.cpu_seen_s > 0:
+                b.cpu_log_margin = budget.cpu_step(b.cpu_log_margin, over_s=b.cpu_over_s, seen_s=b.cpu_seen_s,
+                                                   observed_days=b.total_cpu_seen_s / DAY_S)
+            cpu = math.exp(b.cpu_log_margin)
+        if budget.oom_per_month > 0:
+            if b.memory_log_margin is None:
+                b.memory_log_margin = _fleet_margin(fleet, "memory_log_margin")
+            elif b.memory_seen_s > 0:
+                b.memory_log_margin = budget.memory_step(b.memory_log_margin, kills=b.memory_kills,
+                                                         seen_s=b.memory_seen_s,
+                                                         observed_days=b.total_memory_seen_s / DAY_S)
+            mem = math.exp(b.memory_log_margin)
+        if b != BudgetState():
+            b.cpu_over_s = b.cpu_seen_s = b.memory_seen_s = 0.0
+            b.memory_kills = 0
+        return cpu, mem
 
     def _count_budget(self, cpu: FloatArray, memory_samples: int, batch: UsageBatch) -> None:
-        """Count the overruns of a batch against the requests applied while it was taken (the ones last noted:
-        they change only when a recommendation is applied). Nothing is counted before the first is noted."""
-        prm, b = self.params.budget, self.budget
-        if not prm.on or self.applied is None:
-            return
-        cpu_request = self.applied[0]
-        if prm.cpu_over_share > 0 and cpu_request is not None and cpu.size:
-            over = float(np.count_nonzero(cpu > cpu_request / 1000.0)) * batch.cpu_interval_s
+        """Count the overruns of a batch of a budgeted resource (one with a log-margin): CPU time above the CPU
+        target last recommended (before the resize bands hold the request: the margin is calibrated on its own
+        level, so that a held request does not drive it; the request is within the band of it), OOM kills."""
+        b = self.budget
+        if b.cpu_log_margin is not None and b.cpu_target_cores is not None and cpu.size:
+            over = float(np.count_nonzero(cpu > b.cpu_target_cores)) * batch.cpu_interval_s
             seen = float(cpu.size) * batch.cpu_interval_s
             b.cpu_over_s, b.cpu_seen_s = b.cpu_over_s + over, b.cpu_seen_s + seen
             b.total_cpu_over_s, b.total_cpu_seen_s = b.total_cpu_over_s + over, b.total_cpu_seen_s + seen
-        if prm.oom_per_month > 0:
+        if b.memory_log_margin is not None:
             kills, seen = len(batch.oom_kills), float(memory_samples) * batch.memory_interval_s
             b.memory_kills, b.memory_seen_s = b.memory_kills + kills, b.memory_seen_s + seen
             b.total_memory_kills, b.total_memory_seen_s = b.total_memory_kills + kills, b.total_memory_seen_s + seen
@@ -242,6 +244,8 @@ class BudgetState:
 
     cpu_log_margin: float | None = None
     memory_log_margin: float | None = None
+    cpu_target_cores: float | None = None
+    """The CPU target last recommended with the budget, before the resize bands (what overruns count against)."""
     cpu_over_s: float = 0.0
     cpu_seen_s: float = 0.0
     memory_kills: int = 0
