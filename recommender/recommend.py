@@ -13,12 +13,13 @@ them in its document and writes nothing, the backtest applies them to its simula
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from podtailor.resources import CurrentResources
 from recommender.kube.served import VpaSpec
+from recommender.model.registry import AtRisk
 from recommender.model.types import ContainerPolicy, ContainerState, FleetScale, Recommendation, Strategy
 
 
@@ -65,13 +66,16 @@ def fleet_of(strategy: Strategy, states: Iterable[ContainerState], now_s: float)
     return strategy.fleet_scale(states, now_s)
 
 
-def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: Callable[[float], Strategy] | None) -> Strategy:
-    """The strategy a workload is recommended by: at its VPA's ``podtailor.io/risk`` annotation when the VPA has a
-    usable one and the strategy has a risk setting (``at_risk`` builds it), else ``default`` (the engine's rule,
+def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: AtRisk | None) -> Strategy:
+    """The strategy a workload is recommended by: at its VPA's ``podtailor.io/risk`` and ``podtailor.io/risk-budget``
+    annotations when the VPA has a usable one and the strategy has a risk setting (``at_risk`` builds it; an
+    annotation left out keeps the recommender's own setting: ``default``'s risk, ``at_risk``'s budget), else
+    ``default`` (the engine's rule,
     which keeps the strategies it built in a small cache)."""
-    if vpa is None or vpa.risk is None or at_risk is None:
+    if vpa is None or at_risk is None or (vpa.risk is None and vpa.budget is None):
         return default
-    return at_risk(vpa.risk)
+    risk = vpa.risk if vpa.risk is not None else float(default.parameters().get("risk", 1.0))
+    return at_risk(risk, vpa.budget)
 
 
 def recommend_workload(strategy: Strategy, containers: Sequence[Container], states: Mapping[str, ContainerState],

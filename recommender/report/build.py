@@ -37,6 +37,7 @@ from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, Qo
 from podtailor.resources import CurrentResources, Resources
 from podtailor.vpa import ControlledValues
 from recommender.kube.served import VpaSpec
+from recommender.model.registry import AtRisk
 from recommender.model.types import (
     ContainerKey,
     ContainerState,
@@ -211,7 +212,7 @@ class Recommending:
     strategy: Strategy
     states: Mapping[ContainerKey, ContainerState]
     fleet: FleetScale | None
-    at_risk: Callable[[float], Strategy] | None = None
+    at_risk: AtRisk | None = None
 
 
 def _key(workload: Workload, container: str) -> ContainerKey:
@@ -238,7 +239,7 @@ def fold(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatc
 
 
 def recommending(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy,
-                 now_s: float, at_risk: Callable[[float], Strategy] | None = None) -> Recommending:
+                 now_s: float, at_risk: AtRisk | None = None) -> Recommending:
     """The states of ``workloads`` and their fleet (``recommend.fleet_of`` over all of them)."""
     states = fold(workloads, batches, strategy)
     return Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now_s),

@@ -35,6 +35,7 @@ from recommender.cli import (
     prometheus_config,
     strategy_at_risk,
 )
+from recommender.model.podtailor_budget import budget_text
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
 from recommender.report import patches, render
 from recommender.report.types import KINDS, Report, Workload
@@ -186,7 +187,8 @@ class _Progress:
 def _settings(args: argparse.Namespace) -> dict[str, object]:
     return {"namespaces": list(args.namespace), "selector": args.selector, "kinds": list(args.kind or KINDS),
             "historySeconds": args.history, "stepSeconds": int(args.step), "changeThreshold": args.change_threshold,
-            "poolLabel": args.pool_label, "risk": args.risk}
+            "poolLabel": args.pool_label, "risk": args.risk,
+            **({} if args.risk_budget is None else {"riskBudget": budget_text(args.risk_budget)})}
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
