@@ -26,7 +26,7 @@ import numpy as np
 
 from recommender.backtest.replay import ReplayConfig, fleet_of
 from recommender.backtest.runner import StrategySpec, score_series
-from recommender.backtest.scoring import Totals
+from recommender.backtest.scoring import Metrics, Totals, metrics
 from recommender.backtest.trace import Series, read_trace
 from recommender.model.common import MIB
 from recommender.model.podtailor_budget import MONTH_S, RiskBudget, budget_text, parse_budget
@@ -48,6 +48,8 @@ class Rates:
     cpu_series: tuple[float, ...]
     oom_series: tuple[tuple[float, float], ...]
     """Per series (kills, months)."""
+    metrics: Metrics
+    """The backtest's figures over all series (slack, changes)."""
 
 
 def rates(totals: list[Totals]) -> Rates:
@@ -56,7 +58,8 @@ def rates(totals: list[Totals]) -> Rates:
     return Rates(cpu_share=sum(t.cpu_over_request_s for t in totals) / seconds if seconds else 0.0,
                  oom_per_month=sum(t.ooms for t in totals) / (mem_s / MONTH_S) if mem_s else None,
                  cpu_series=tuple(t.cpu_over_request_s / t.seconds for t in totals if t.seconds > 0),
-                 oom_series=tuple((float(t.ooms), t.memory_seconds / MONTH_S) for t in totals if t.memory_seconds))
+                 oom_series=tuple((float(t.ooms), t.memory_seconds / MONTH_S) for t in totals if t.memory_seconds),
+                 metrics=metrics(sum(totals, Totals())))
 
 
 def floor_bound(series: Series, budget: RiskBudget) -> tuple[bool, bool]:
@@ -107,7 +110,7 @@ def within_share(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget)
 
 def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
     out = []
-    for label, raw in res.items():
+    for raw in res.values():
         assert isinstance(raw, dict)
         budget, row, vpa, bound = raw["budget"], raw["row"], raw["vpa"], raw["bound"]
         cpu_in, mem_in = within_share(row, bound, budget)
@@ -116,8 +119,16 @@ def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
         out.append(f"| {name} | {scale}x | {budget_text(budget)} | {row.cpu_share:.4f} "
                    f"({row.cpu_share / budget.cpu_over_share - 1:+.0%}) vs {vpa.cpu_share:.4f} | {cpu_in:.0%} | "
                    f"{oom} vs {oom_vpa} | {'n/a' if mem_in is None else f'{mem_in:.0%}'} | "
-                   f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {label} |")
+                   f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {_vs(row, vpa)} |")
     return out
+
+
+def _vs(row: Rates, vpa: Rates) -> str:
+    a, b = row.metrics, vpa.metrics
+    mem = "n/a" if a.memory_slack_rel is None or b.memory_slack_rel is None else \
+        f"{a.memory_slack_rel:.3f} vs {b.memory_slack_rel:.3f}"
+    return f"{a.cpu_slack_rel:.3f} vs {b.cpu_slack_rel:.3f} / {mem} / " \
+           f"{a.changes_per_series_day:.2f} vs {b.changes_per_series_day:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     budgets = [parse_budget(b) for b in args.budgets.split(";")]
     header = ["| trace | scale | budget | CPU share over request (vs budget) vs VPA | series within [1/2, 2]x "
               "(CPU) | OOM / container-month vs VPA | series within [1/2, 2]x (OOM) | floor-bound series (CPU / "
-              "memory) | row |", "|---|---|---|---|---|---|---|---|---|"]
+              "memory) | CPU slack rel / mem slack rel / changes per day, vs VPA |",
+              "|---|---|---|---|---|---|---|---|---|"]
     table = list(header)
     print("\n".join(header))
     for name in args.trace or sorted(TRACES):
