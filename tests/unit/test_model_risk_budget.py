@@ -92,13 +92,16 @@ def state_with(budget: RiskBudget) -> tuple[PodtailorStrategy, PodtailorState]:
     return strategy, state
 
 
-def test_overruns_are_counted_against_the_applied_request_from_the_first_recommendation() -> None:
+def test_overruns_are_counted_against_the_budgeted_target_from_the_first_recommendation() -> None:
     strategy, state = state_with(BOTH)
     state.add(batch(np.full(12, 0.5), start=NOW - 2 * HOUR))  # before the budget is first applied: not counted
     assert state.budget == BudgetState()
     _, state = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current(400))
     assert isinstance(state, PodtailorState)
-    state.add(batch(np.array([0.5] * 3 + [0.3] * 9), start=NOW, kills=1))  # 3 of 12 samples above 400m
+    # the budgeted CPU target of 2 h at 0.5 cores is about 0.5 x 1.1 (the CPU margin): 3 of 12 samples above it
+    target = state.budget.cpu_target_cores
+    assert target is not None and 0.5 < target < 0.6
+    state.add(batch(np.array([2.0] * 3 + [0.3] * 9), start=NOW, kills=1))
     b = state.budget
     assert (b.cpu_over_s, b.cpu_seen_s, b.memory_kills, b.memory_seen_s) == (900.0, HOUR, 1, HOUR)
     _, after = strategy.recommend(state, now_s=NOW + HOUR, policy=ContainerPolicy(), current=current(400))
@@ -151,11 +154,12 @@ def test_the_fleet_holds_the_mean_margin_of_the_containers_that_have_one() -> No
 def test_the_budget_state_round_trips_through_the_checkpoint_and_is_absent_without_one() -> None:
     strategy, state = state_with(BOTH)
     assert "budget" not in state.to_checkpoint()  # a state without a budget checkpoints as before
-    state.budget = BudgetState(cpu_log_margin=0.3, memory_log_margin=None, cpu_over_s=300.0, cpu_seen_s=HOUR,
+    state.budget = BudgetState(cpu_log_margin=0.3, memory_log_margin=None, cpu_target_cores=0.4, cpu_over_s=300.0,
+                               cpu_seen_s=HOUR,
                                memory_kills=1, memory_seen_s=HOUR, total_cpu_over_s=600.0,
                                total_cpu_seen_s=DAY, total_memory_kills=2, total_memory_seen_s=DAY)
     data = state.to_checkpoint()
-    assert len(data["budget"]) == 10  # ten numbers: the checkpoint stays small
+    assert len(data["budget"]) == 11  # eleven numbers: the checkpoint stays small
     restored = strategy.restore(data)
     assert isinstance(restored, PodtailorState) and restored.budget == state.budget
     for bad in ({"cpu_log_margin": "x"}, {"nope": 1.0}, {"memory_kills": math.inf}, [1.0]):
