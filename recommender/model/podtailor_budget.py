@@ -37,11 +37,13 @@ class RiskBudget:
     default: the CPU price sets the level alone, as before the budget existed)."""
     oom_per_month: float = 0.0
     """OOM kills a container may take per 30 days; 0: not budgeted (the memory price sets the level alone)."""
-    cpu_eta_start: float = 2.0
+    cpu_eta_start: float = 0.5
     """CPU step size (log-margin per hour per unit of over-request share) for a container with no history:
-    an hour entirely over the request raises the margin by e^2 at first."""
-    cpu_eta_end: float = 0.3
-    """CPU step size after many days: the probe of #39 landed on its budget with 0.3 and more."""
+    an hour entirely over the target raises the margin by e^0.5 = 1.65 at first. 2.0 (to 0.3) landed as near
+    the budget on the training traces and cost about 0.1-0.2 more relative CPU slack after every overrun
+    (RESULTS.md, "Risk budget calibration")."""
+    cpu_eta_end: float = 0.1
+    """CPU step size after many days."""
     memory_eta_start: float = 0.5
     """Memory step size (log-margin per OOM kill) for a container with no history."""
     memory_eta_end: float = 0.1

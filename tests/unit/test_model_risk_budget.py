@@ -40,16 +40,16 @@ def current(cpu_millicores: int, memory_bytes: int = int(GIB)) -> CurrentResourc
 
 
 def test_the_cpu_step_is_eta_times_the_error_times_the_hours_within_the_bounds() -> None:
-    # eta at 0 days is the start, 2.0: 0 + 2.0 x (1800 / 3600 - 0.01) x 1 h = 0.98.
-    assert CPU_ONLY.cpu_step(0.0, over_s=1800.0, seen_s=HOUR, observed_days=0.0) == pytest.approx(0.98)
-    # at 2 days (eta_decay_days) half-way down: 0.3 + (2.0 - 0.3) x 2 / 4 = 1.15; no overrun for 2 h:
-    # 1.15 x (0 - 0.01) x 2 = -0.023.
-    assert CPU_ONLY.eta(2.0, 0.3, 2.0) == pytest.approx(1.15)
-    assert CPU_ONLY.cpu_step(0.0, over_s=0.0, seen_s=2 * HOUR, observed_days=2.0) == pytest.approx(-0.023)
+    # eta at 0 days is the start, 0.5: 0 + 0.5 x (1800 / 3600 - 0.01) x 1 h = 0.245.
+    assert CPU_ONLY.cpu_step(0.0, over_s=1800.0, seen_s=HOUR, observed_days=0.0) == pytest.approx(0.245)
+    # at 2 days (eta_decay_days) half-way down: 0.1 + (0.5 - 0.1) x 2 / 4 = 0.3; no overrun for 2 h:
+    # 0.3 x (0 - 0.01) x 2 = -0.006.
+    assert CPU_ONLY.eta(0.5, 0.1, 2.0) == pytest.approx(0.3)
+    assert CPU_ONLY.cpu_step(0.0, over_s=0.0, seen_s=2 * HOUR, observed_days=2.0) == pytest.approx(-0.006)
     # far past the bound: clipped to log(max_margin) = log 4, and a day weighs at most STEP_HOURS_MAX (24 h)
-    assert CPU_ONLY.cpu_step(1.0, over_s=HOUR, seen_s=HOUR, observed_days=0.0) == pytest.approx(math.log(4.0))
+    assert CPU_ONLY.cpu_step(1.2, over_s=HOUR, seen_s=HOUR, observed_days=0.0) == pytest.approx(math.log(4.0))
     assert CPU_ONLY.cpu_step(0.0, over_s=0.0, seen_s=10 * DAY, observed_days=1e9) == pytest.approx(
-        0.3 * -0.01 * 24)
+        0.1 * -0.01 * 24)
     assert CPU_ONLY.cpu_step(0.5, over_s=0.0, seen_s=0.0, observed_days=0.0) == 0.5  # nothing seen: no step
 
 
@@ -107,9 +107,9 @@ def test_overruns_are_counted_against_the_budgeted_target_from_the_first_recomme
     _, after = strategy.recommend(state, now_s=NOW + HOUR, policy=ContainerPolicy(), current=current(400))
     assert isinstance(after, PodtailorState)
     # first step from the fleet's margin (none: 0), with the hour counted so far (1/24 day) in eta:
-    # CPU (0.3 + 1.7 x 2 / (2 + 1/24)) x (0.25 - 0.01) = 1.96531 x 0.24 = 0.47167;
+    # CPU (0.1 + 0.4 x 2 / (2 + 1/24)) x (0.25 - 0.01) = 0.49184 x 0.24 = 0.11804;
     # memory (0.1 + 0.4 x 2 / (2 + 1/24)) x (1 - 1/720) = 0.49184 x 0.99861 = 0.49116
-    assert after.budget.cpu_log_margin == pytest.approx(0.47167, abs=1e-5)
+    assert after.budget.cpu_log_margin == pytest.approx(0.11804, abs=1e-5)
     assert after.budget.memory_log_margin == pytest.approx(0.49116, abs=1e-5)
     assert (after.budget.cpu_seen_s, after.budget.total_cpu_seen_s, after.budget.total_memory_kills) == (0, HOUR, 1)
     # the state recommend was given is not changed: armed at the fleet's margin (0) by the first, counts kept
