@@ -2,21 +2,22 @@
 
 Owns every flag, its default and its help text, the parsing of durations ("90s", "5m", "8d") and the
 construction of the Kubernetes client, the Prometheus config and the strategy (``--strategy`` with
-``--risk``, podtailor's risk setting, which a VPA's ``podtailor.io/risk`` annotation overrides for that
-VPA). Bad input is reported as ``UsageError`` (exit code 2) before anything is contacted or changed.
+``--risk``, podtailor's risk setting, and ``--risk-budget``, its risk budget, which a VPA's
+``podtailor.io/risk`` and ``podtailor.io/risk-budget`` annotations override for that VPA). Bad input is
+reported as ``UsageError`` (exit code 2) before anything is contacted or changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podtailor.runtime.cli import UsageError, duration_s
+from recommender.model.podtailor_budget import RiskBudget, parse_budget
 from recommender.model.podtailor_params import RISK_MAX, RISK_MIN, check_risk
-from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, at_risk, get_strategy
+from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES, AtRisk, at_risk, get_strategy
 from recommender.model.types import HistoryPlan, Strategy
 from recommender.sources.config import READ_APIS, PrometheusConfig
 
@@ -103,20 +104,52 @@ def add_risk_flag(g: argparse._ActionsContainer) -> None:
                         "kills); 1 = the default prices, 2 = less slack and more overruns, 0.5 = the opposite. "
                         "Choose it with `backtest --sweep`. A VPA's podtailor.io/risk annotation overrides it "
                         "for that VPA (default: 1; podtailor strategy only)")
+    add_budget_flag(g)
+
+
+def budget_value(text: str) -> RiskBudget:
+    """``--risk-budget``'s value (``podtailor_budget.parse_budget``; argparse reports the error, exit 2)."""
+    try:
+        return parse_budget(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_budget_flag(g: argparse._ActionsContainer) -> None:
+    g.add_argument("--risk-budget", type=budget_value, default=None, metavar="cpu=SHARE,oom=KILLS",
+                   help="podtailor's risk budget, held per container by a margin calibrated from its own overruns: "
+                        "cpu= the share of time CPU usage may be above the request (0.01 = 1%%), oom= the OOM kills "
+                        "a container may take per 30 days; either alone. A VPA's podtailor.io/risk-budget "
+                        "annotation overrides it for that VPA (default: none, the prices alone; podtailor only)")
 
 
 def build_strategy(args: argparse.Namespace) -> Strategy:
-    """``--strategy`` at ``--risk``; ``UsageError`` when --risk is given to a strategy without a risk setting."""
-    if args.risk is None:
+    """``--strategy`` at ``--risk`` and ``--risk-budget``; ``UsageError`` when either is given to a strategy
+    without a risk setting."""
+    given = {name: value for name, value in (("risk", args.risk), ("budget", getattr(args, "risk_budget", None)))
+             if value is not None}
+    if not given:
         return get_strategy(args.strategy)
     if at_risk(args.strategy) is None:
-        raise UsageError(f"--risk is a setting of the podtailor strategy; {args.strategy} has none")
-    return get_strategy(args.strategy, risk=args.risk)
+        flags = " and ".join({"risk": "--risk", "budget": "--risk-budget"}[n] for n in given)
+        raise UsageError(f"{flags} {'are settings' if len(given) > 1 else 'is a setting'} of the podtailor "
+                         f"strategy; {args.strategy} has none")
+    return get_strategy(args.strategy, **given)
 
 
-def strategy_at_risk(args: argparse.Namespace) -> Callable[[float], Strategy] | None:
-    """How the engine builds ``--strategy`` at a VPA's own risk (None: the strategy has no risk setting)."""
-    return at_risk(args.strategy)
+def strategy_at_risk(args: argparse.Namespace) -> AtRisk | None:
+    """How the engine builds ``--strategy`` at a VPA's own risk and budget (None: the strategy has no risk
+    setting); a VPA without a budget annotation keeps ``--risk-budget``."""
+    build = at_risk(args.strategy)
+    own: RiskBudget | None = getattr(args, "risk_budget", None)
+    if build is None:
+        return None
+    builder: AtRisk = build
+
+    def at(risk: float, budget: RiskBudget | None = None) -> Strategy:
+        return builder(risk, own if budget is None else budget)
+
+    return at
 
 
 def _headers(items: list[str]) -> dict[str, str]:

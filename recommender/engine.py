@@ -19,17 +19,19 @@ warning Event and log line each time the reason changes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from podtailor.vpa import TargetRef
 from recommender.kube import checkpoint
 from recommender.kube.cluster import Workload
-from recommender.kube.served import RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec
+from recommender.kube.served import BUDGET_ANNOTATION, RISK_ANNOTATION, UnparsableVpa, VpaIdentity, VpaSpec
 from recommender.kube.vpa_status import StatusBuilder, build_status, stale_status, unsupported_status
 from recommender.metrics import RecommenderMetrics
 from recommender.model.fleet import FleetSums
+from recommender.model.podtailor_budget import RiskBudget
+from recommender.model.registry import AtRisk
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
 from recommender.recommend import fleet_of, fleet_parts, fold_new, has_target, recommend_workload, strategy_for
 from recommender.sources.errors import PartialSourceError
@@ -114,14 +116,15 @@ class PassReport:
 class RecommenderEngine:
     def __init__(self, *, store: VpaStore, source: UsageSource, strategy: Strategy, config: EngineConfig,
                  metrics: RecommenderMetrics, events: Events | None = None,
-                 strategy_at_risk: Callable[[float], Strategy] | None = None,
+                 strategy_at_risk: AtRisk | None = None,
                  fleet_share: FleetShare | None = None) -> None:
         self.store, self.source, self.strategy, self.config, self.metrics = store, source, strategy, config, metrics
         self.events = events
         self.served: dict[str, Served] = {}
         self.strategy_at_risk = strategy_at_risk
-        """Builds the strategy at a VPA's ``podtailor.io/risk`` (None: the strategy has no risk setting)."""
-        self._by_risk: dict[float, Strategy] = {}
+        """Builds the strategy at a VPA's ``podtailor.io/risk`` and ``podtailor.io/risk-budget`` (None: the
+        strategy has no risk setting)."""
+        self._by_risk: dict[tuple[float, RiskBudget | None], Strategy] = {}
         self.fleet_share = fleet_share
         """None: the fleet is every container this engine serves (one recommender for the cluster)."""
 
@@ -273,28 +276,40 @@ class RecommenderEngine:
         return int(wrote)
 
     def _strategy_for(self, entry: Served) -> Strategy:
-        """The strategy at this VPA's risk annotation, or the default one (saying why, once per reason)."""
+        """The strategy at this VPA's risk annotations, or the default one (saying why, once per reason)."""
         spec = entry.spec
-        problem = spec.risk_problem
-        if spec.risk is not None and self.strategy_at_risk is None:
-            problem = f"annotation {RISK_ANNOTATION} is ignored: the {self.strategy.name} strategy has no risk setting"
+        problem = self._annotation_problem(spec)
         if problem != entry.risk_warning:
             entry.risk_warning = problem
             if problem is not None:
-                message = f"{problem}; served at the recommender's own risk setting (--risk)"
                 log.warning("risk annotation not used", extra={"namespace": spec.namespace, "vpa": spec.name,
-                                                               "reason": message})
-                self._event(spec, "RiskAnnotationIgnored", message, warning=True)
+                                                               "reason": problem})
+                self._event(spec, "RiskAnnotationIgnored", problem, warning=True)
         return strategy_for(spec, self.strategy, None if self.strategy_at_risk is None else self._at_risk)
 
-    def _at_risk(self, risk: float) -> Strategy:
+    def _annotation_problem(self, spec: VpaSpec) -> str | None:
+        """Why this VPA's ``podtailor.io/risk`` or ``podtailor.io/risk-budget`` is not used, and which of the
+        recommender's own settings serve it instead (None: nothing to say)."""
+        pairs = [(why, flag) for why, flag in ((spec.risk_problem, "--risk"), (spec.budget_problem, "--risk-budget"))
+                 if why]
+        names = [n for n, v in ((RISK_ANNOTATION, spec.risk), (BUDGET_ANNOTATION, spec.budget)) if v is not None]
+        if self.strategy_at_risk is None and names:
+            pairs = [(f"annotation {' and '.join(names)} is ignored: the {self.strategy.name} strategy has no risk "
+                      "setting", "--risk")]
+        if not pairs:
+            return None
+        return (f"{'; '.join(why for why, _ in pairs)}; served at the recommender's own risk setting "
+                f"({', '.join(flag for _, flag in pairs)})")
+
+    def _at_risk(self, risk: float, budget: RiskBudget | None = None) -> Strategy:
         """``strategy_at_risk`` through a small cache (the oldest strategy is dropped beyond RISK_CACHE_SIZE)."""
-        if risk not in self._by_risk:
+        key = (risk, budget)
+        if key not in self._by_risk:
             assert self.strategy_at_risk is not None  # _strategy_for passes this only when there is one
             if len(self._by_risk) >= RISK_CACHE_SIZE:
                 del self._by_risk[next(iter(self._by_risk))]
-            self._by_risk[risk] = self.strategy_at_risk(risk)
-        return self._by_risk[risk]
+            self._by_risk[key] = self.strategy_at_risk(risk, budget)
+        return self._by_risk[key]
 
     def _event(self, spec: VpaIdentity, reason: str, message: str, *, warning: bool = False) -> None:
         if self.events is not None:

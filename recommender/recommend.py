@@ -17,13 +17,14 @@ applies them to its simulated container.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from podtailor.resources import CurrentResources
 from recommender.kube.served import VpaSpec
 from recommender.model.fleet import FleetSums
+from recommender.model.registry import AtRisk
 from recommender.model.types import (
     ContainerKey,
     ContainerPolicy,
@@ -89,13 +90,16 @@ def fleet_parts(strategy: Strategy, states: Mapping[str, Iterable[ContainerState
     return {namespace: part for namespace, part in parts.items() if part is not None}
 
 
-def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: Callable[[float], Strategy] | None) -> Strategy:
-    """The strategy a workload is recommended by: at its VPA's ``podtailor.io/risk`` annotation when the VPA has a
-    usable one and the strategy has a risk setting (``at_risk`` builds it), else ``default`` (the engine's rule,
+def strategy_for(vpa: VpaSpec | None, default: Strategy, at_risk: AtRisk | None) -> Strategy:
+    """The strategy a workload is recommended by: at its VPA's ``podtailor.io/risk`` and ``podtailor.io/risk-budget``
+    annotations when the VPA has a usable one and the strategy has a risk setting (``at_risk`` builds it; an
+    annotation left out keeps the recommender's own setting: ``default``'s risk, ``at_risk``'s budget), else
+    ``default`` (the engine's rule,
     which keeps the strategies it built in a small cache)."""
-    if vpa is None or vpa.risk is None or at_risk is None:
+    if vpa is None or at_risk is None or (vpa.risk is None and vpa.budget is None):
         return default
-    return at_risk(vpa.risk)
+    risk = vpa.risk if vpa.risk is not None else float(default.parameters().get("risk", 1.0))
+    return at_risk(risk, vpa.budget)
 
 
 def fold_new(strategy: Strategy, states: dict[str, ContainerState], keys: Mapping[str, ContainerKey],

@@ -43,7 +43,7 @@ from recommender.backtest.runner import (
 )
 from recommender.backtest.sweep import BASELINES, DEFAULT_RISKS, SWEPT, parse_risks, sweep_specs
 from recommender.backtest.trace import TraceColumns, TraceError
-from recommender.cli import add_prometheus_flags
+from recommender.cli import add_budget_flag, add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
 from recommender.report import clusters
 
@@ -80,6 +80,7 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "oracle always added, oracle-budget with vpa)")
     p.add_argument("--set", action="append", default=[], metavar="STRATEGY.PARAM=VALUE",
                    help="override a strategy parameter (Python literal), repeatable")
+    add_budget_flag(p)
     cols = p.add_argument_group("trace columns")
     cols.add_argument("--series-column", default="series_id")
     cols.add_argument("--time-column", default="timestamp_s")
@@ -143,6 +144,10 @@ def _overrides(args: argparse.Namespace, names: list[str]) -> dict[str, dict[str
             overrides[name][param] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             overrides[name][param] = value
+    if args.risk_budget is not None:  # the whole part: a --set podtailor.budget.FIELD still applies on top of it
+        if "podtailor" not in overrides:
+            raise ValueError("--risk-budget is a setting of podtailor, which this run does not replay")
+        overrides["podtailor"]["budget"] = args.risk_budget
     return overrides
 
 

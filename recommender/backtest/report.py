@@ -88,6 +88,14 @@ def row_name(name: str) -> str:
     return f"{name} (reference)" if name in REFERENCES else name
 
 
+def _config(result: BacktestResult) -> dict[str, Any]:
+    """The replay's settings; of the fleet only what it holds (the budget's margins only when known)."""
+    config = asdict(result.config)
+    if config["fleet"] is not None:
+        config["fleet"] = {k: v for k, v in config["fleet"].items() if v is not None}
+    return config
+
+
 def to_json(result: BacktestResult, default: str = "podtailor") -> dict[str, Any]:
     """The JSON document (schema ``podtailor.backtest/v1``)."""
     per = result.metrics()
@@ -96,7 +104,7 @@ def to_json(result: BacktestResult, default: str = "podtailor") -> dict[str, Any
         "columns": result.read_stats.columns, "rows_read": result.read_stats.rows,
         "rows_dropped": result.read_stats.dropped_rows, "series_read": result.read_stats.series,
         "series_unscored": dict(result.unscored),
-        "config": asdict(result.config),
+        "config": _config(result),
         "strategies": {s.key: {"name": s.name, "overrides": dict(s.overrides), "parameters": s.parameters()}
                        for s in result.strategies},
         "subsets": {sub: {name: m.to_dict() for name, m in per[sub].items()} for sub in SUBSETS},

@@ -36,7 +36,18 @@ def encode(sums: FleetSums, *, strategy: str, published_s: float, pass_number: i
         "strategy": strategy, "pass": pass_number,
         "time": dt.datetime.fromtimestamp(published_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "cpuCoresSum": str(sums.cpu_cores_sum), "cpuCount": sums.cpu_count,
-        "memoryBytesSum": str(sums.memory_bytes_sum), "memoryCount": sums.memory_count}, sort_keys=True)
+        "memoryBytesSum": str(sums.memory_bytes_sum), "memoryCount": sums.memory_count,
+        **_margins(sums)}, sort_keys=True)
+
+
+def _margins(sums: FleetSums) -> dict[str, object]:
+    """The risk budget's margin sums, only where some container has one (no budget: the note is as before)."""
+    out: dict[str, object] = {}
+    if sums.cpu_margin_count:
+        out.update(cpuMarginSum=str(sums.cpu_margin_sum), cpuMarginCount=sums.cpu_margin_count)
+    if sums.memory_margin_count:
+        out.update(memoryMarginSum=str(sums.memory_margin_sum), memoryMarginCount=sums.memory_margin_count)
+    return out
 
 
 def decode(text: str) -> tuple[FleetSums, str, float]:
@@ -45,11 +56,13 @@ def decode(text: str) -> tuple[FleetSums, str, float]:
     try:
         doc = json.loads(text)
         published = dt.datetime.strptime(doc["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
-        counts = doc["cpuCount"], doc["memoryCount"]
+        counts = doc["cpuCount"], doc["memoryCount"], doc.get("cpuMarginCount", 0), doc.get("memoryMarginCount", 0)
         if not all(type(c) is int for c in counts) or not isinstance(doc["strategy"], str):
             raise ValueError("counts must be whole numbers and the strategy a name")
         sums = FleetSums(cpu_cores_sum=Fraction(doc["cpuCoresSum"]), cpu_count=counts[0],
-                         memory_bytes_sum=Fraction(doc["memoryBytesSum"]), memory_count=counts[1])
+                         memory_bytes_sum=Fraction(doc["memoryBytesSum"]), memory_count=counts[1],
+                         cpu_margin_sum=Fraction(doc.get("cpuMarginSum", "0")), cpu_margin_count=counts[2],
+                         memory_margin_sum=Fraction(doc.get("memoryMarginSum", "0")), memory_margin_count=counts[3])
     except (KeyError, TypeError, ZeroDivisionError, json.JSONDecodeError) as err:
         raise ValueError(f"not fleet sums: {err!r}") from err
     return sums, doc["strategy"], published.timestamp()

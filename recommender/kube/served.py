@@ -5,9 +5,10 @@ Owns turning each VPA object the store lists into one of two typed values, so th
 podtailor's risk setting) or ``UnparsableVpa`` (its identity, the recommenders it names and why it cannot be
 served, for the ``ConfigUnsupported`` condition). The spec is parsed by ``podtailor.vpa`` alone; here are only
 the recommender's rules on top: the target kinds it resolves (``SUPPORTED_KINDS``), at most one recommender
-named, and the ``podtailor.io/risk`` annotation (``risk_annotation``). A risk value that cannot be used does
-not stop the VPA from being served: it is kept as ``VpaSpec.risk_problem``, the VPA is served at the
-recommender's own risk setting, and the engine says why in a warning Event and log line, since a typo in a
+named, and the ``podtailor.io/risk`` and ``podtailor.io/risk-budget`` annotations (``risk_annotation``,
+``budget_annotation``). A risk value (or budget) that cannot be used does not stop the VPA from being served:
+it is kept as ``VpaSpec.risk_problem`` (``budget_problem``), the VPA is served at the recommender's own risk
+setting, and the engine says why in a warning Event and log line, since a typo in a
 tuning knob should not take a workload's recommendations away.
 """
 
@@ -19,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from podtailor.vpa import TargetRef, Vpa, VpaConfigError, parse_vpa
+from recommender.model.podtailor_budget import RiskBudget, parse_budget
 from recommender.model.podtailor_params import RISK_MAX, RISK_MIN, check_risk
 from recommender.model.types import ContainerPolicy
 
 SUPPORTED_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"})
 RISK_ANNOTATION = "podtailor.io/risk"
+BUDGET_ANNOTATION = "podtailor.io/risk-budget"
 _DECIMAL = re.compile(r"(?:[0-9]{1,6}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})")
 
 
@@ -65,6 +68,10 @@ class VpaSpec:
     """podtailor's risk setting from the ``podtailor.io/risk`` annotation (None: absent or unusable)."""
     risk_problem: str | None = None
     """Why the annotation's value cannot be used (None: absent or usable); the VPA is served all the same."""
+    budget: RiskBudget | None = None
+    """podtailor's risk budget from the ``podtailor.io/risk-budget`` annotation (None: absent or unusable)."""
+    budget_problem: str | None = None
+    """Why that annotation's value cannot be used, as ``risk_problem``."""
 
     @property
     def namespace(self) -> str:
@@ -120,6 +127,20 @@ def risk_annotation(annotations: object) -> tuple[float | None, str | None]:
         return None, f"annotation {RISK_ANNOTATION}={shown} is outside [{RISK_MIN:g}, {RISK_MAX:g}]"
 
 
+def budget_annotation(annotations: object) -> tuple[RiskBudget | None, str | None]:
+    """The ``podtailor.io/risk-budget`` annotation ("cpu=0.01,oom=1", ``podtailor_budget.parse_budget``) as
+    (budget, None), (None, why it cannot be used), or (None, None) when absent."""
+    if not isinstance(annotations, Mapping) or BUDGET_ANNOTATION not in annotations:
+        return None, None
+    raw = annotations[BUDGET_ANNOTATION]
+    if not isinstance(raw, str):
+        return None, f"annotation {BUDGET_ANNOTATION}={repr(raw)[:40]} is not a string like cpu=0.01,oom=1"
+    try:
+        return parse_budget(raw), None
+    except ValueError as err:
+        return None, f"annotation {BUDGET_ANNOTATION}: {err}"
+
+
 def served_spec(vpa: Vpa) -> VpaSpec:
     """The parsed VPA under the recommender's rules; raises VpaConfigError when it cannot be served."""
     if vpa.target.kind not in SUPPORTED_KINDS:
@@ -128,7 +149,8 @@ def served_spec(vpa: Vpa) -> VpaSpec:
     if len(vpa.recommenders) > 1:
         raise VpaConfigError("spec.recommenders may name at most one recommender")
     risk, risk_problem = risk_annotation(vpa.annotations)
-    return VpaSpec(vpa=vpa, risk=risk, risk_problem=risk_problem)
+    budget, budget_problem = budget_annotation(vpa.annotations)
+    return VpaSpec(vpa=vpa, risk=risk, risk_problem=risk_problem, budget=budget, budget_problem=budget_problem)
 
 
 def _identity(obj: Mapping[str, Any], recommenders: tuple[str, ...] | None, error: str) -> UnparsableVpa:

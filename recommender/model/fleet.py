@@ -41,6 +41,12 @@ class FleetSums:
     memory_bytes_sum: Fraction
     """Sum of the containers' largest memory peak, in bytes."""
     memory_count: int
+    cpu_margin_sum: Fraction = Fraction(0)
+    """Sum of the risk budget's CPU log-margins of the containers that have one (podtailor's ``RiskBudget``)."""
+    cpu_margin_count: int = 0
+    memory_margin_sum: Fraction = Fraction(0)
+    """The same for the memory log-margins."""
+    memory_margin_count: int = 0
 
     def __post_init__(self) -> None:
         for total, count, name in ((self.cpu_cores_sum, self.cpu_count, "cpu"),
@@ -49,31 +55,46 @@ class FleetSums:
                 raise ValueError(f"FleetSums: {name} sum and count must be >= 0, got {total} and {count}")
             if count == 0 and total != 0:
                 raise ValueError(f"FleetSums: a {name} sum of {total} over no containers")
+        for total, count, name in ((self.cpu_margin_sum, self.cpu_margin_count, "cpu margin"),
+                                   (self.memory_margin_sum, self.memory_margin_count, "memory margin")):
+            if count < 0 or (count == 0 and total != 0):  # a log-margin may be negative
+                raise ValueError(f"FleetSums: a {name} sum of {total} over {count} containers")
 
     @staticmethod
     def zero() -> FleetSums:
         return FleetSums(cpu_cores_sum=Fraction(0), cpu_count=0, memory_bytes_sum=Fraction(0), memory_count=0)
 
     @staticmethod
-    def of(cpu_cores: Iterable[float], memory_bytes: Iterable[float]) -> FleetSums:
-        """The part made of these per-container sizes, the finite ones of each resource."""
-        cpu = [c for c in cpu_cores if math.isfinite(c)]
-        memory = [m for m in memory_bytes if math.isfinite(m)]
+    def of(cpu_cores: Iterable[float], memory_bytes: Iterable[float], *, cpu_log_margins: Iterable[float] = (),
+           memory_log_margins: Iterable[float] = ()) -> FleetSums:
+        """The part made of these per-container sizes (and risk-budget log-margins), the finite ones of each."""
+        cpu, memory, cpu_m, memory_m = ([v for v in values if math.isfinite(v)] for values in
+                                        (cpu_cores, memory_bytes, cpu_log_margins, memory_log_margins))
         return FleetSums(cpu_cores_sum=exact_sum(cpu), cpu_count=len(cpu), memory_bytes_sum=exact_sum(memory),
-                         memory_count=len(memory))
+                         memory_count=len(memory), cpu_margin_sum=exact_sum(cpu_m), cpu_margin_count=len(cpu_m),
+                         memory_margin_sum=exact_sum(memory_m), memory_margin_count=len(memory_m))
 
     def __add__(self, other: FleetSums) -> FleetSums:
         return FleetSums(cpu_cores_sum=self.cpu_cores_sum + other.cpu_cores_sum,
                          cpu_count=self.cpu_count + other.cpu_count,
                          memory_bytes_sum=self.memory_bytes_sum + other.memory_bytes_sum,
-                         memory_count=self.memory_count + other.memory_count)
+                         memory_count=self.memory_count + other.memory_count,
+                         cpu_margin_sum=self.cpu_margin_sum + other.cpu_margin_sum,
+                         cpu_margin_count=self.cpu_margin_count + other.cpu_margin_count,
+                         memory_margin_sum=self.memory_margin_sum + other.memory_margin_sum,
+                         memory_margin_count=self.memory_margin_count + other.memory_margin_count)
 
     def scale(self) -> FleetScale | None:
-        """The fleet's means (0 for a resource no container has); None when no container has either."""
+        """The fleet's means (0 for a resource no container has; the margins' None where none has one); None
+        when no container has either size."""
         if not self.cpu_count and not self.memory_count:
             return None
-        return FleetScale(cpu_cores=float(self.cpu_cores_sum / self.cpu_count) if self.cpu_count else 0.0,
-                          memory_bytes=float(self.memory_bytes_sum / self.memory_count) if self.memory_count else 0.0)
+        return FleetScale(
+            cpu_cores=float(self.cpu_cores_sum / self.cpu_count) if self.cpu_count else 0.0,
+            memory_bytes=float(self.memory_bytes_sum / self.memory_count) if self.memory_count else 0.0,
+            cpu_log_margin=float(self.cpu_margin_sum / self.cpu_margin_count) if self.cpu_margin_count else None,
+            memory_log_margin=(float(self.memory_margin_sum / self.memory_margin_count)
+                               if self.memory_margin_count else None))
 
 
 def combine(parts: Iterable[FleetSums]) -> FleetSums:

@@ -19,7 +19,10 @@ current one; both are floored at the pod's minimum split over its containers (``
 "moves" when its target leaves its band (``resize``); a decrease also waits after the last observed change of
 the applied values, less the deeper it is (``dwell``; the state notes them on every call; increases never
 wait). When one resource moves, the other takes its fresh target in the same update; when neither moves, both
-keep their current request and limit.
+keep their current request and limit. With a risk budget stated (``budget``, ``podtailor_budget``; off by
+default), the CPU request's level and the memory level x margin are multiplied by the container's own margin,
+calibrated from its overruns before each recommendation (``PodtailorState.calibrate_budget``), and starting
+from the fleet's (``fleet_scale``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from recommender.model.peaks import cost_level, jump_margin
 from recommender.model.podtailor_cpu_parts import CpuLimitRule
 from recommender.model.podtailor_memory_parts import MemoryMarginMode, MemoryStatistic
 from recommender.model.podtailor_params import PodtailorParams, parameters_of
-from recommender.model.podtailor_state import PodtailorState
+from recommender.model.podtailor_state import BudgetState, PodtailorState
 from recommender.model.policy import (
     Estimate,
     LimitRule,
@@ -87,19 +90,26 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         """The fleet of ``states`` as summable parts (``fleet.FleetSums``; ``fleet_scale`` is their means): over
         those with history, their slow CPU histogram's p95 (``cpu.upper_percentile``) and their largest hourly
         memory peak in the window, the sizes the fleet prices are in units of (``cpu_price.fleet_ratio``,
-        ``memory_price.fleet_hours``)."""
+        ``memory_price.fleet_hours``); and the risk budget's log-margins of the states that have one, whose mean
+        is where a container without one starts."""
         prm = self.params
         cpu: list[float] = []
         memory: list[float] = []
+        margins: list[BudgetState] = []
         for state in states:
             if isinstance(state, PodtailorState):
                 p95 = state.cpu.percentile(prm.cpu.upper_percentile)
                 peak = state.memory_max.max(now_s=now_s, window_s=prm.memory.window_s)
                 cpu.append(math.nan if p95 is None else p95)
                 memory.append(math.nan if peak is None else peak)
-        return FleetSums.of(cpu, memory)
+                margins.append(state.budget)
+        return FleetSums.of(cpu, memory,
+                            cpu_log_margins=[b.cpu_log_margin for b in margins if b.cpu_log_margin is not None],
+                            memory_log_margins=[b.memory_log_margin for b in margins
+                                                if b.memory_log_margin is not None])
 
-    def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None) -> ResourceEstimate | None:
+    def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None,
+             budget_margin: float = 1.0) -> ResourceEstimate | None:
         prm = self.params
         level = state.cpu_level if prm.cpu_calibration.budget > 0 else prm.cpu.request_percentile
         slow_level = level
@@ -112,6 +122,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                                  prm.cpu.max_request_percentile)
         fast = state.cpu_fast.percentile(level) if prm.cpu.fast_half_life_s > 0 else None
         request = _max_opt(state.cpu.percentile(slow_level), fast)
+        request = None if request is None else request * budget_margin
         lower = state.cpu.percentile(prm.cpu.lower_percentile)
         upper = state.cpu.percentile(prm.cpu.upper_percentile)
         if request is None or lower is None or upper is None:
@@ -165,7 +176,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         return max(p60 or 0.0, 0.5 * peak)
 
     def _memory(self, state: PodtailorState, c: float, now_s: float, policy: ContainerPolicy, *,
-                refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+                refresh: bool, budget_margin: float = 1.0) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
         prm = self.params
         max_allowed = policy.max_allowed.memory_bytes
         margin_fraction = self._memory_margin(state, now_s, refresh=refresh)
@@ -176,7 +187,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if stat is None and oom is None:
             return None, ()
         margin = 1.0 + margin_fraction
-        target = (stat or 0.0) * margin
+        target = (stat or 0.0) * margin * budget_margin
         reasons: tuple[str, ...] = ()
         if oom is not None and oom > target:
             target, reasons = oom, ("memory: OOM bump",)
@@ -273,15 +284,18 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
         state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
+        m_cpu, m_mem = state.calibrate_budget(prm.budget, policy.fleet)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
-        cpu = self._cpu(state, c_cpu, policy.fleet)
+        cpu = self._cpu(state, c_cpu, policy.fleet, m_cpu)
         cpu_floor, memory_floor = prm.floors.pod_cpu_millicores / 1000.0 / n, prm.floors.pod_memory_mib * MIB / n
         cpu, r_cpu_floor = _floored("cpu", cpu, cpu_floor, _cpu_text(cpu_floor))
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
+        if prm.budget.cpu_over_share > 0 and cpu is not None:
+            state.budget.cpu_target_cores = cpu.target
         cur_mem = current.requests.memory_bytes
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
-            est, r_oom = self._memory(state, c_mem, now_s, policy, refresh=refresh)
+            est, r_oom = self._memory(state, c_mem, now_s, policy, refresh=refresh, budget_margin=m_mem)
             est, r_floor = _floored("memory", est, memory_floor, _memory_text(memory_floor))
             est, r_thin = self._no_decrease("memory", est, c_mem, None if cur_mem is None else float(cur_mem))
             return est, r_oom + r_floor + r_thin

@@ -1,13 +1,14 @@
 """The ``podtailor`` estimator's parameters: small parts composed, the risk setting, and their flat view.
 
 Owns ``PodtailorParams``, the composition of the CPU parts (``podtailor_cpu_parts``), the memory parts
-(``podtailor_memory_parts``) and the parts of the decision to resize defined here (``ResizeBands``,
-``DecreaseDwell``, ``MinResources``, ``Confidence``), each a frozen dataclass with its own few settings, as VPA
-composes its estimator from small ones (``logic/estimator.go``: percentile, margin, confidence multiplier,
-min resources). It also owns the risk setting's bounds (``check_risk``) and the flat view every caller that
-sets parameters by name uses: ``parameters_of`` gives ``{"part.field": value}`` (enums as their strings, for
-reports and JSON) and ``with_overrides`` applies such names (``--set podtailor.cpu_price.mode=container``;
-a whole part or ``risk`` by its own name), rejecting unknown names and values with ``ValueError``.
+(``podtailor_memory_parts``), the risk budget (``podtailor_budget``) and the parts of the decision to resize
+defined here (``ResizeBands``, ``DecreaseDwell``, ``MinResources``, ``Confidence``), each a frozen dataclass
+with its own few settings, as VPA composes its estimator from small ones (``logic/estimator.go``: percentile,
+margin, confidence multiplier, min resources). It also owns the risk setting's bounds (``check_risk``) and
+the flat view every caller that sets parameters by name uses: ``parameters_of`` gives ``{"part.field":
+value}`` (enums as their strings, for reports and JSON) and ``with_overrides`` applies such names (``--set
+podtailor.cpu_price.mode=container``; a whole part or ``risk`` by its own name), rejecting unknown names
+and values with ``ValueError``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.podtailor_cpu_parts import CpuCalibration, CpuLevel, CpuLimit, CpuPrice
 from recommender.model.podtailor_memory_parts import MemoryLevel, MemoryMargin, MemoryPrice, OomHandling
 
@@ -135,6 +137,9 @@ class PodtailorParams:
     """The pod's minimum resources."""
     confidence: Confidence = field(default_factory=Confidence)
     """The confidence reported, and no decrease on thin history."""
+    budget: RiskBudget = field(default_factory=RiskBudget)
+    """The risk each container is held to by its own calibrated margin (``podtailor_budget``; off by default):
+    ``run --risk-budget`` sets it for the recommender and the ``podtailor.io/risk-budget`` annotation per VPA."""
     risk: float = 1.0
     """A dimensionless multiplier that divides both overrun prices (``cpu_price``, ``memory_price``): 1 is the
     prices as set, 2 halves them (less slack, more time over the request and more OOM kills), 0.5 doubles them.

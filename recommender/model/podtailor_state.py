@@ -4,13 +4,17 @@ Owns ``PodtailorState``: a slow and a fast decaying CPU histogram fed throttling
 (``observed.throttle_corrected``), a decaying histogram of memory peaks per aggregation interval, the raw
 memory peaks' maxima per slot (for the "max over the window" and "cost" statistics), OOM bumps kept apart from
 the histograms, the real observed history per resource (span, and samples x interval) for the confidence, the
-applied values last seen (for the decrease dwell), the held memory margin and the calibrated CPU percentile,
-and the checkpoint of all of it (``STATE_VERSION``; fields added later are optional when restored).
+applied values last seen (for the decrease dwell), the held memory margin, the calibrated CPU percentile, the
+risk budget's margins and overrun counts (``BudgetState``, ``podtailor_budget.RiskBudget``), and the
+checkpoint of all of it (``STATE_VERSION``; fields added later are optional when restored).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,8 +23,9 @@ from recommender.model.common import DAY_S, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.observed import Observed, SeenSpan, adaptive_step, throttle_corrected
 from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
+from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.podtailor_params import PodtailorParams
-from recommender.model.types import FloatArray, OomKill, UsageBatch
+from recommender.model.types import FleetScale, FloatArray, OomKill, UsageBatch
 
 STATE_VERSION = 1
 
@@ -62,12 +67,17 @@ class PodtailorState(SeenSpan):
         self.pending_cpu_s = 0.0
         """The time they stand for (samples x interval, including samples dropped beyond a day), at most
         ``PENDING_WEIGHT_MAX_S``: the weight of the next calibration step."""
+        self.budget = BudgetState()
+        """The risk budget's margins and counts (``RiskBudget``; untouched while no budget is stated)."""
 
     def successor(self) -> PodtailorState:
         """A copy for ``recommend`` to note the applied values, calibrate and hold the margin on, so that the
         state it is given stays as it was. The histories (which ``recommend`` only reads) are shared, not copied
-        (a deep copy costs more than the recommendation): the caller goes on with the successor only."""
-        return copy.copy(self)
+        (a deep copy costs more than the recommendation): the caller goes on with the successor only. The
+        budget's few numbers, which ``recommend`` calibrates, are copied."""
+        out = copy.copy(self)
+        out.budget = dataclasses.replace(self.budget)
+        return out
 
     def note_applied(self, values: list[int | None], now_s: float) -> float | None:
         """Record the applied values seen at ``now_s``; the time they were first seen (None: unknown)."""
@@ -89,23 +99,68 @@ class PodtailorState(SeenSpan):
                                            (prm.cpu.min_request_percentile, prm.cpu.request_percentile))
         self.pending_cpu, self.pending_cpu_s = [], 0.0
 
+    def calibrate_budget(self, budget: RiskBudget, fleet: FleetScale | None) -> tuple[float, float]:
+        """Fold the overruns counted since the last call into the log-margins of the resources ``budget``
+        budgets (``RiskBudget.cpu_step``, ``memory_step``); a resource budgeted for the first time starts from
+        the fleet's margin (else 1), and from then on its overruns are counted. The budget is the recommending
+        strategy's (a VPA's annotation may state one the state's own parameters do not). Returns the CPU and
+        memory margins to multiply the priced levels by (1 where not budgeted)."""
+        b = self.budget
+        cpu = mem = 1.0
+        if budget.cpu_over_share > 0:
+            if b.cpu_log_margin is None:
+                b.cpu_log_margin = _fleet_margin(fleet, "cpu_log_margin")
+            elif b.cpu_seen_s > 0:
+                b.cpu_log_margin = budget.cpu_step(b.cpu_log_margin, over_s=b.cpu_over_s, seen_s=b.cpu_seen_s,
+                                                   observed_days=b.total_cpu_seen_s / DAY_S)
+            cpu = math.exp(b.cpu_log_margin)
+        if budget.oom_per_month > 0:
+            if b.memory_log_margin is None:
+                b.memory_log_margin = _fleet_margin(fleet, "memory_log_margin")
+            elif b.memory_seen_s > 0:
+                b.memory_log_margin = budget.memory_step(b.memory_log_margin, kills=b.memory_kills,
+                                                         seen_s=b.memory_seen_s,
+                                                         observed_days=b.total_memory_seen_s / DAY_S)
+            mem = math.exp(b.memory_log_margin)
+        if b != BudgetState():
+            b.cpu_over_s = b.cpu_seen_s = b.memory_seen_s = 0.0
+            b.memory_kills = 0
+        return cpu, mem
+
+    def _count_budget(self, cpu: FloatArray, memory_samples: int, batch: UsageBatch) -> None:
+        """Count the overruns of a batch of a budgeted resource (one with a log-margin): CPU time above the CPU
+        target last recommended (before the resize bands hold the request: the margin is calibrated on its own
+        level, so that a held request does not drive it; the request is within the band of it), OOM kills."""
+        b = self.budget
+        if b.cpu_log_margin is not None and b.cpu_target_cores is not None and cpu.size:
+            over = float(np.count_nonzero(cpu > b.cpu_target_cores)) * batch.cpu_interval_s
+            seen = float(cpu.size) * batch.cpu_interval_s
+            b.cpu_over_s, b.cpu_seen_s = b.cpu_over_s + over, b.cpu_seen_s + seen
+            b.total_cpu_over_s, b.total_cpu_seen_s = b.total_cpu_over_s + over, b.total_cpu_seen_s + seen
+        if b.memory_log_margin is not None:
+            kills, seen = len(batch.oom_kills), float(memory_samples) * batch.memory_interval_s
+            b.memory_kills, b.memory_seen_s = b.memory_kills + kills, b.memory_seen_s + seen
+            b.total_memory_kills, b.total_memory_seen_s = b.total_memory_kills + kills, b.total_memory_seen_s + seen
+
     def add(self, batch: UsageBatch) -> None:
         validate_batch(batch)
         for part, weight in segments(batch):
             self._add_segment(part, weight)
 
     def _add_segment(self, batch: UsageBatch, cpu_weight: float) -> None:
-        self._add_cpu(batch, cpu_weight)
+        cpu = self._add_cpu(batch, cpu_weight)
         mem = sort_samples(batch.memory_peak_bytes.timestamps_s, batch.memory_peak_bytes.values)
         if self.memory_seen.last_s is not None:
             _, mem = split_at(mem, self.memory_seen.last_s)
+        self._count_budget(cpu, mem.values.size, batch)
         for oom in sorted(batch.oom_kills, key=lambda o: o.timestamp_s):
             before, mem = split_at(mem, oom.timestamp_s)
             self._add_memory(before, batch.memory_interval_s)
             self._record_oom(oom)
         self._add_memory(mem, batch.memory_interval_s)
 
-    def _add_cpu(self, batch: UsageBatch, weight: float = 1.0) -> None:
+    def _add_cpu(self, batch: UsageBatch, weight: float = 1.0) -> FloatArray:
+        """Fold the batch's new CPU samples in; those samples (as fed to the histograms)."""
         values = batch.cpu_cores.values
         if self.params.cpu.throttle_correction:
             values = throttle_corrected(batch.cpu_cores, batch.cpu_throttled_fraction)
@@ -126,6 +181,7 @@ class PodtailorState(SeenSpan):
             self.pending_cpu = [kept[-limit:].copy() if kept.size > limit else kept]
             self.pending_cpu_s = min(self.pending_cpu_s + float(cpu.values.size) * batch.cpu_interval_s,
                                      PENDING_WEIGHT_MAX_S)
+        return cpu.values
 
     def _add_memory(self, mem: SortedSamples, interval_s: float) -> None:
         self.memory.add(mem)
@@ -152,7 +208,8 @@ class PodtailorState(SeenSpan):
                 "memory_seen": [self.memory_seen.first_s, self.memory_seen.last_s, self.memory_seen.seconds],
                 "applied": self.applied, "applied_since_s": self.applied_since_s, "cpu_level": self.cpu_level,
                 "memory_margin": self.memory_margin,
-                "pending_cpu": [float(v) for a in self.pending_cpu for v in a], "pending_cpu_s": self.pending_cpu_s}
+                "pending_cpu": [float(v) for a in self.pending_cpu for v in a], "pending_cpu_s": self.pending_cpu_s,
+                **self.budget.to_checkpoint()}
 
     def restore_from(self, data: dict[str, Any]) -> None:
         if data.get("strategy") != "podtailor" or data.get("version") != STATE_VERSION:
@@ -175,6 +232,57 @@ class PodtailorState(SeenSpan):
         pending = data.get("pending_cpu") or []
         self.pending_cpu = [np.array(pending, dtype=np.float64)] if pending else []
         self.pending_cpu_s = float(data.get("pending_cpu_s", 0.0))
+        self.budget = BudgetState.from_checkpoint(data.get("budget"))  # absent before the budget existed
+
+
+@dataclass(slots=True, kw_only=True)
+class BudgetState:
+    """The risk budget's part of the state: the log-margins (None: not calibrated yet, the fleet's is used),
+    the overruns counted since the last calibration step, and the totals since counting began (the realized
+    rates ``report`` shows against the budget). Mutable, as the rest of the state; a few numbers, so the
+    checkpoint stays small."""
+
+    cpu_log_margin: float | None = None
+    memory_log_margin: float | None = None
+    cpu_target_cores: float | None = None
+    """The CPU target last recommended with the budget, before the resize bands (what overruns count against)."""
+    cpu_over_s: float = 0.0
+    cpu_seen_s: float = 0.0
+    memory_kills: int = 0
+    memory_seen_s: float = 0.0
+    total_cpu_over_s: float = 0.0
+    total_cpu_seen_s: float = 0.0
+    total_memory_kills: int = 0
+    total_memory_seen_s: float = 0.0
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        """``{"budget": {...}}``, or nothing while the budget has never counted (the checkpoint of a state
+        without a budget is what it was before the budget existed)."""
+        if self == BudgetState():
+            return {}
+        return {"budget": {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+
+    @classmethod
+    def from_checkpoint(cls, raw: object) -> BudgetState:
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict) or not set(raw) <= {f.name for f in dataclasses.fields(cls)}:
+            raise ValueError("bad budget in a podtailor checkpoint")
+        out = cls()
+        for f in dataclasses.fields(cls):
+            value = raw.get(f.name, getattr(out, f.name))
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not math.isfinite(value)):
+                raise ValueError(f"bad budget.{f.name} in a podtailor checkpoint")
+            kind = int if f.name.endswith("kills") else float
+            setattr(out, f.name, None if value is None else kind(value))
+        return out
+
+
+def _fleet_margin(fleet: FleetScale | None, name: str) -> float:
+    """The fleet's log-margin ``name`` (0, a margin of 1, when the fleet has none)."""
+    value = None if fleet is None else getattr(fleet, name)
+    return 0.0 if value is None else float(value)
 
 
 def _observed(raw: list[Any]) -> Observed:

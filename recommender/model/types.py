@@ -130,12 +130,21 @@ class FleetScale:
 
     cpu_cores: float
     memory_bytes: float
+    cpu_log_margin: float | None = None
+    """The mean log of the risk budget's CPU margin over the containers that have one (podtailor's
+    ``RiskBudget``): where a container has none yet it starts from this. None: no container has one."""
+    memory_log_margin: float | None = None
+    """The same for the memory margin."""
 
     def __post_init__(self) -> None:
         for name in ("cpu_cores", "memory_bytes"):
             value = getattr(self, name)
             if not 0 <= value < math.inf:  # also rejects NaN
                 raise ValueError(f"FleetScale.{name} must be finite and >= 0, got {value!r}")
+        for name in ("cpu_log_margin", "memory_log_margin"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"FleetScale.{name} must be finite or None, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

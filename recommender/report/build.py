@@ -37,6 +37,7 @@ from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, Qo
 from podtailor.resources import CurrentResources, Resources
 from podtailor.vpa import ControlledValues
 from recommender.kube.served import VpaSpec
+from recommender.model.registry import AtRisk
 from recommender.model.types import (
     ContainerKey,
     ContainerState,
@@ -49,6 +50,7 @@ from recommender.model.types import (
 )
 from recommender.recommend import fleet_of, recommend_workload, strategy_for
 from recommender.report import disruption as dis
+from recommender.report.budget import budget_check, budget_of
 from recommender.report.pricing import PriceSheet, monthly_cost
 from recommender.report.types import (
     ContainerReport,
@@ -204,6 +206,8 @@ class _Parts:
     specs: tuple[ContainerSpec, ...]
     recs: tuple[Recommendation | None, ...]
     batches: tuple[UsageBatch | None, ...]
+    budget: tuple[float, float] = (0.0, 0.0)
+    """The budget of the strategy the workload is recommended by (``report.budget.budget_of``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,7 +218,7 @@ class Recommending:
     strategy: Strategy
     states: Mapping[ContainerKey, ContainerState]
     fleet: FleetScale | None
-    at_risk: Callable[[float], Strategy] | None = None
+    at_risk: AtRisk | None = None
 
 
 def _key(workload: Workload, container: str) -> ContainerKey:
@@ -246,7 +250,7 @@ def fold(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatc
 
 
 def recommending(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch], strategy: Strategy,
-                 now_s: float, at_risk: Callable[[float], Strategy] | None = None) -> Recommending:
+                 now_s: float, at_risk: AtRisk | None = None) -> Recommending:
     """The states of ``workloads`` and their fleet (``recommend.fleet_of`` over all of them)."""
     states = fold(workloads, batches, strategy)
     return Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now_s),
@@ -257,11 +261,12 @@ def _recommend(workload: Workload, vpa: VpaSpec | None, batches: Mapping[Contain
                inputs: Recommending, now_s: float) -> _Parts:
     served = _served(workload)
     states = {c.name: inputs.states[_key(workload, c.name)] for c in served if _key(workload, c.name) in inputs.states}
-    done = recommend_workload(strategy_for(vpa, inputs.strategy, inputs.at_risk), served, states, vpa=vpa,
-                              fleet=inputs.fleet, now_s=now_s)
+    strategy = strategy_for(vpa, inputs.strategy, inputs.at_risk)
+    done = recommend_workload(strategy, served, states, vpa=vpa, fleet=inputs.fleet, now_s=now_s)
     return _Parts(specs=workload.containers,
                   recs=tuple(done.recommendations.get(c.name) for c in workload.containers),
-                  batches=tuple(batches.get(_key(workload, c.name)) for c in workload.containers))
+                  batches=tuple(batches.get(_key(workload, c.name)) for c in workload.containers),
+                  budget=budget_of(strategy))
 
 
 def _pool(workload: Workload, inv: Inventory) -> str:
@@ -323,6 +328,7 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
         containers.append(ContainerReport(
             name=spec.name, role=spec.role, current=spec.current, recommendation=rec, planned=plan,
             usage=usage_summary(batch, spec, rec),
+            budget=budget_check(parts.budget, None if batch is None else at_step(batch), spec.current),
             cost=_cost(monthly_cost(spec.current.requests, billed, prices), monthly_cost(plan.requests, billed,
                                                                                          prices))))
     outcome = dis.plan_workload(workload.pods, targets, cons, inv.nodes, cfg.change_threshold)

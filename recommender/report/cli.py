@@ -37,6 +37,7 @@ from recommender.cli import (
     prometheus_config,
     strategy_at_risk,
 )
+from recommender.model.podtailor_budget import budget_text
 from recommender.model.registry import DEFAULT_STRATEGY, STRATEGIES
 from recommender.report import clusters, patches, render
 from recommender.report.types import KINDS, Report, Workload
@@ -204,7 +205,8 @@ class _Progress:
 def _settings(args: argparse.Namespace) -> dict[str, object]:
     return {"namespaces": list(args.namespace), "selector": args.selector, "kinds": list(args.kind or KINDS),
             "historySeconds": args.history, "stepSeconds": int(args.step), "changeThreshold": args.change_threshold,
-            "poolLabel": args.pool_label, "risk": args.risk, "checkpoints": args.checkpoints}
+            "poolLabel": args.pool_label, "risk": args.risk, "checkpoints": args.checkpoints,
+            **({} if args.risk_budget is None else {"riskBudget": budget_text(args.risk_budget)})}
 
 
 def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, PrometheusConfig, ApiClient]:

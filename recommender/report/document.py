@@ -9,6 +9,7 @@ that is not adding an optional field.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import asdict
 from typing import Any
 
 from podtailor.resources import CurrentResources, Resources
@@ -70,7 +71,8 @@ def _usage(u: UsageSummary | None) -> dict[str, Any] | None:
 def container(c: ContainerReport) -> dict[str, Any]:
     return {"name": c.name, "role": c.role.value, "current": current(c.current),
             "recommendation": _recommendation(c.recommendation), "planned": current(c.planned),
-            "usage": _usage(c.usage), "cost": cost(c.cost)}
+            "usage": _usage(c.usage), "cost": cost(c.cost),
+            **({} if c.budget is None else {"riskBudget": asdict(c.budget)})}
 
 
 def workload(w: WorkloadReport) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def _target(c: ContainerReport) -> Resources:
 
 def reasons(c: ContainerReport) -> str:
     """Why the recommendation is what it is (kept, clamped, capped, raised, no history), "; "-joined."""
-    return "; ".join(c.recommendation.reasons) if c.recommendation is not None else "no usage history"
+    why = "; ".join(c.recommendation.reasons) if c.recommendation is not None else "no usage history"
+    return why if c.budget is None else f"{why}; {c.budget.text()}" if why else c.budget.text()
 
 
 def _risks(w: WorkloadReport) -> str:

@@ -16,6 +16,7 @@ from podtailor.resize.types import LimitRangeView, ResizeRestart
 from podtailor.resources import CurrentResources, Resources
 from recommender.kube.served import VpaSpec
 from recommender.model.types import Recommendation
+from recommender.report.budget import BudgetCheck
 
 WorkloadKey = tuple[str, str, str]
 """(namespace, kind, name)."""
@@ -172,6 +173,8 @@ class ContainerReport:
     """What the updater would write: the target through its limit, LimitRange and HPA rules."""
     usage: UsageSummary | None
     cost: Cost
+    budget: BudgetCheck | None = None
+    """The realized risk against the container's risk budget (None: no budget stated)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ from tests.benchmarks import (
     bench_report,
     bench_updater,
     bench_vpa,
+    calibration_study,
     scale_study,
 )
 
@@ -27,6 +28,8 @@ def main() -> int:
         module.main([])
     print("benchmark scale (every training trace at 0.1x, 1x, 10x) ...", file=sys.stderr, flush=True)
     scale_study.main(["--write"])
+    print("benchmark calibration (the risk budget on every training trace at 1x) ...", file=sys.stderr, flush=True)
+    calibration_study.main(["--write"])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)
     return 0
 

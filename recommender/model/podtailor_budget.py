@@ -1,0 +1,117 @@
+"""The risk budget of the ``podtailor`` estimator: the risk a user states per container, and its calibration.
+
+Owns ``RiskBudget`` (a part composed by ``PodtailorParams``: the share of time CPU usage may be above the
+request, and the OOM kills a container may take per month; 0 leaves that resource as the prices set it), the
+update that holds each container to it (``cpu_step``, ``memory_step``: adaptive conformal inference, Gibbs and
+Candes 2021, "Adaptive conformal inference under distribution shift", eq. (2), on the log of a multiplicative
+margin: after each observed period ``log m += eta x (overrun - budget)``), the step size that starts large and
+decays with the container's own observed time (``RiskBudget.eta``: a short series still reaches its budget, a
+long one does not waste slack after every overrun), and the text form shared by the ``--risk-budget`` flag and
+the ``podtailor.io/risk-budget`` annotation (``parse_budget``: "cpu=0.01,oom=0.5"). Numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+MONTH_S = 30 * 86400.0
+"""A container-month, the unit of the OOM budget."""
+
+STEP_HOURS_MAX = 24.0
+"""The most observed time one calibration step may weigh (a checkpoint restored after a long pause)."""
+
+_ITEM = re.compile(r"(cpu|oom)=((?:[0-9]{1,6}(?:\.[0-9]{0,12})?|\.[0-9]{1,12}))")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RiskBudget:
+    """The risk a container may take, per resource, held by a margin calibrated from its own overruns: the
+    CPU request (and memory target) computed by the prices is multiplied by the container's margin m, and
+    after each observed period ``log m += eta x (observed rate - budget) x period`` within the bounds. Where a
+    container has no calibrated margin yet, it starts from the fleet's (``FleetScale``), else from 1."""
+
+    cpu_over_share: float = 0.0
+    """Share of its time (0..1) a container's CPU usage may be above its request; 0: not budgeted (the
+    default: the CPU price sets the level alone, as before the budget existed)."""
+    oom_per_month: float = 0.0
+    """OOM kills a container may take per 30 days; 0: not budgeted (the memory price sets the level alone)."""
+    cpu_eta_start: float = 0.5
+    """CPU step size (log-margin per hour per unit of over-request share) for a container with no history:
+    an hour entirely over the target raises the margin by e^0.5 = 1.65 at first. 2.0 (to 0.3) landed as near
+    the budget on the training traces and cost about 0.1-0.2 more relative CPU slack after every overrun
+    (RESULTS.md, "Risk budget calibration")."""
+    cpu_eta_end: float = 0.1
+    """CPU step size after many days."""
+    memory_eta_start: float = 0.5
+    """Memory step size (log-margin per OOM kill) for a container with no history."""
+    memory_eta_end: float = 0.1
+    """Memory step size after many days: one kill raises the margin by 10.5%."""
+    eta_decay_days: float = 2.0
+    """eta = end + (start - end) x d / (d + observed days): half-way down after this many days."""
+    min_margin: float = 0.25
+    """The smallest margin (a container far under its budget is sized to a quarter of the priced level)."""
+    max_margin: float = 4.0
+    """The largest margin."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.cpu_over_share < 1 and 0 <= self.oom_per_month < math.inf):  # also rejects NaN
+            raise ValueError("budget: cpu_over_share must be in [0, 1) and oom_per_month finite and >= 0")
+        etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end)
+        if not all(0 <= e < math.inf for e in etas) or not self.eta_decay_days > 0:
+            raise ValueError("budget: the step sizes must be finite and >= 0, eta_decay_days > 0")
+        if not 0 < self.min_margin <= 1 <= self.max_margin < math.inf:
+            raise ValueError("budget: 0 < min_margin <= 1 <= max_margin is required")
+
+    @property
+    def on(self) -> bool:
+        """Whether any resource is budgeted."""
+        return self.cpu_over_share > 0 or self.oom_per_month > 0
+
+    def eta(self, start: float, end: float, observed_days: float) -> float:
+        """The step size for a container observed ``observed_days``: ``start`` at 0, decaying to ``end``."""
+        d = self.eta_decay_days
+        return end + (start - end) * d / (d + max(observed_days, 0.0))
+
+    def _clip(self, log_margin: float) -> float:
+        return min(max(log_margin, math.log(self.min_margin)), math.log(self.max_margin))
+
+    def cpu_step(self, log_margin: float, *, over_s: float, seen_s: float, observed_days: float) -> float:
+        """One update of the CPU log-margin after ``seen_s`` of samples, ``over_s`` of them above the applied
+        request: ``eta x (over_s / seen_s - budget) x hours`` (at most ``STEP_HOURS_MAX``), within the bounds."""
+        if seen_s <= 0:
+            return log_margin
+        hours = min(seen_s / 3600.0, STEP_HOURS_MAX)
+        eta = self.eta(self.cpu_eta_start, self.cpu_eta_end, observed_days)
+        return self._clip(log_margin + eta * (over_s / seen_s - self.cpu_over_share) * hours)
+
+    def memory_step(self, log_margin: float, *, kills: int, seen_s: float, observed_days: float) -> float:
+        """One update of the memory log-margin after ``seen_s`` of memory samples with ``kills`` OOM kills:
+        ``eta x (kills - budget x months)``, within the bounds."""
+        months = min(seen_s, STEP_HOURS_MAX * 3600.0) / MONTH_S
+        eta = self.eta(self.memory_eta_start, self.memory_eta_end, observed_days)
+        return self._clip(log_margin + eta * (kills - self.oom_per_month * months))
+
+
+def parse_budget(text: str) -> RiskBudget:
+    """``"cpu=0.01,oom=0.5"`` (either item alone, each at most once; plain decimals: no sign, exponent, "nan"
+    or "inf") as a ``RiskBudget``; ``ValueError`` saying what is wanted otherwise."""
+    shown = repr(text)[:40]
+    wanted = "cpu=SHARE (0 to 1, of time over the request) and/or oom=KILLS (per container-month), e.g. cpu=0.01,oom=1"
+    values: dict[str, float] = {}
+    for item in str(text).split(","):
+        match = _ITEM.fullmatch(item.strip())
+        if match is None or match.group(1) in values:
+            raise ValueError(f"risk budget {shown}: want {wanted}")
+        values[match.group(1)] = float(match.group(2))
+    try:
+        return RiskBudget(cpu_over_share=values.get("cpu", 0.0), oom_per_month=values.get("oom", 0.0))
+    except ValueError:
+        raise ValueError(f"risk budget {shown}: cpu must be below 1; want {wanted}") from None
+
+
+def budget_text(budget: RiskBudget) -> str:
+    """The text ``parse_budget`` reads back: the budgeted items only ("" when none is)."""
+    items = [(k, v) for k, v in (("cpu", budget.cpu_over_share), ("oom", budget.oom_per_month)) if v > 0]
+    return ",".join(f"{k}={v:.12f}".rstrip("0").rstrip(".") for k, v in items)

@@ -1,0 +1,175 @@
+"""Calibration of podtailor's risk budget: the realized rate against the stated budget, per trace and scale.
+
+Owns the check of #39 item 2: every container of a training trace (``scale_study.TRACES``, scaled by each of
+``--scales``) is replayed under podtailor at each of three stated budgets (``--budgets``: "cpu=SHARE,oom=KILLS"
+as ``--risk-budget`` takes them) and under VPA, in one run per trace and scale. Per budget it prints the realized
+rate over all series (CPU: time over the request / time; memory: OOM-equivalents per container-month, as
+``scoring`` counts them) against the budget (goal: within 15%), the share of series whose own rate is within
+[1/2, 2]x of the budget (goal: 80%), and VPA's realized rate in the same run. Series that cannot meet a budget
+are counted apart and left out of the share: those whose usage is above podtailor's per-pod floor for less
+than half the budget (CPU time; memory: hours per month), which the floor holds above their usage whatever the
+margin. A series whose scored span holds less than one budgeted kill cannot land within [1/2, 2]x of an OOM
+budget (0 kills is below, 1 is above): the share counts only series with at least one. Even then a count is
+Poisson-like: at exactly one budgeted kill, a perfectly calibrated series lands within [1/2, 2]x (1 or 2 kills)
+with probability 0.55, so the 80% goal is out of reach for OOM budgets over a month.
+
+``python -m tests.benchmarks.calibration_study [--trace NAME ...] [--series N] [--scales 0.1,1,10]
+[--budgets B1;B2;B3] [--write]``; ``--write`` puts the table into the ``calibration`` section of RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from recommender.backtest.replay import ReplayConfig, fleet_of
+from recommender.backtest.runner import StrategySpec, score_series
+from recommender.backtest.scoring import Metrics, Totals, metrics
+from recommender.backtest.trace import Series, read_trace
+from recommender.model.common import MIB
+from recommender.model.podtailor_budget import MONTH_S, RiskBudget, budget_text, parse_budget
+from recommender.model.podtailor_params import MinResources
+from tests.benchmarks.results import machine_facts, write_section
+from tests.benchmarks.scale_study import TRACES, TRACES_DIR, scaled
+
+DEFAULT_BUDGETS = "cpu=0.005,oom=0.5;cpu=0.01,oom=1;cpu=0.02,oom=2"
+WITHIN = (0.5, 2.0)
+"""A series lands on its budget when its own rate is within these multiples of it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rates:
+    """One row's realized rates over all series, and per series."""
+
+    cpu_share: float
+    oom_per_month: float | None
+    cpu_series: tuple[float, ...]
+    oom_series: tuple[tuple[float, float], ...]
+    """Per series (kills, months)."""
+    metrics: Metrics
+    """The backtest's figures over all series (slack, changes)."""
+
+
+def rates(totals: list[Totals]) -> Rates:
+    seconds = sum(t.seconds for t in totals)
+    mem_s = sum(t.memory_seconds for t in totals)
+    return Rates(cpu_share=sum(t.cpu_over_request_s for t in totals) / seconds if seconds else 0.0,
+                 oom_per_month=sum(t.ooms for t in totals) / (mem_s / MONTH_S) if mem_s else None,
+                 cpu_series=tuple(t.cpu_over_request_s / t.seconds for t in totals if t.seconds > 0),
+                 oom_series=tuple((float(t.ooms), t.memory_seconds / MONTH_S) for t in totals if t.memory_seconds),
+                 metrics=metrics(sum(totals, Totals())))
+
+
+def floor_bound(series: Series, budget: RiskBudget) -> tuple[bool, bool]:
+    """Whether the per-pod floor holds the series above its usage (CPU, memory): usage above the floor for less
+    than half the budget (module docstring)."""
+    floors = MinResources()
+    cpu = float(np.mean(series.cpu_cores > floors.pod_cpu_millicores / 1000.0))
+    mem = series.memory_bytes
+    if mem is None or not np.any(np.isfinite(mem)):
+        return cpu < budget.cpu_over_share / 2, False
+    months = max(float(series.timestamps_s[-1] - series.timestamps_s[0]), 1.0) / MONTH_S
+    hours_over = float(np.sum(mem[np.isfinite(mem)] > floors.pod_memory_mib * MIB)) / 12.0  # 5-minute samples
+    return cpu < budget.cpu_over_share / 2, hours_over / months < budget.oom_per_month / 2
+
+
+def _work(args: tuple[Series, list[StrategySpec], ReplayConfig]) -> dict[str, Totals]:
+    return score_series(*args)
+
+
+def study(series: list[Series], budgets: list[RiskBudget], workers: int) -> dict[str, object]:
+    """One replay of every series under VPA and podtailor at each budget; the rows and the floor-bound counts."""
+    specs = [StrategySpec(name="vpa"), *(StrategySpec(name="podtailor", label=f"podtailor {budget_text(b)}",
+                                                      overrides=(("budget", b),)) for b in budgets)]
+    cfg = ReplayConfig(fleet=fleet_of(series, ReplayConfig()))
+    with ProcessPoolExecutor(max_workers=max(workers, 1)) as pool:
+        per = list(pool.map(_work, [(s, specs, cfg) for s in series], chunksize=4))
+    out: dict[str, object] = {}
+    for spec, budget in zip(specs[1:], budgets, strict=True):
+        bound = [floor_bound(s, budget) for s, p in zip(series, per, strict=True) if p]
+        kept = [p for p in per if p]
+        out[spec.key] = {"budget": budget, "row": rates([p[spec.key] for p in kept]),
+                         "vpa": rates([p["vpa"] for p in kept]), "bound": bound}
+    return out
+
+
+def within_share(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) -> tuple[float, float | None]:
+    """The share of series within [1/2, 2]x of the budget, floor-bound series left out (CPU, memory)."""
+    low, high = WITHIN
+    cpu = [r for r, (b, _) in zip(row.cpu_series, bound, strict=False) if not b]
+    cpu_in = float(np.mean([low * budget.cpu_over_share <= r <= high * budget.cpu_over_share for r in cpu])) \
+        if cpu else 0.0
+    mem = [(k, m) for (k, m), (_, b) in zip(row.oom_series, bound, strict=False)
+           if not b and budget.oom_per_month * m >= 1.0]
+    mem_in = None if not mem else float(np.mean([low * budget.oom_per_month <= k / m <= high * budget.oom_per_month
+                                                 for k, m in mem]))
+    return cpu_in, mem_in
+
+
+def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
+    out = []
+    for raw in res.values():
+        assert isinstance(raw, dict)
+        budget, row, vpa, bound = raw["budget"], raw["row"], raw["vpa"], raw["bound"]
+        cpu_in, mem_in = within_share(row, bound, budget)
+        oom = "n/a" if row.oom_per_month is None else f"{row.oom_per_month:.2f}"
+        oom_vpa = "n/a" if vpa.oom_per_month is None else f"{vpa.oom_per_month:.2f}"
+        out.append(f"| {name} | {scale}x | {budget_text(budget)} | {row.cpu_share:.4f} "
+                   f"({row.cpu_share / budget.cpu_over_share - 1:+.0%}) vs {vpa.cpu_share:.4f} | {cpu_in:.0%} | "
+                   f"{oom} vs {oom_vpa} | {'n/a' if mem_in is None else f'{mem_in:.0%}'} | "
+                   f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {_vs(row, vpa)} |")
+    return out
+
+
+def _vs(row: Rates, vpa: Rates) -> str:
+    a, b = row.metrics, vpa.metrics
+    mem = "n/a" if a.memory_slack_rel is None or b.memory_slack_rel is None else \
+        f"{a.memory_slack_rel:.3f} vs {b.memory_slack_rel:.3f}"
+    return f"{a.cpu_slack_rel:.3f} vs {b.cpu_slack_rel:.3f} / {mem} / " \
+           f"{a.changes_per_series_day:.2f} vs {b.changes_per_series_day:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", action="append", choices=sorted(TRACES), help="default: every trace")
+    parser.add_argument("--series", type=int, help="only the first N series of each trace")
+    parser.add_argument("--scales", default="1")
+    parser.add_argument("--budgets", default=DEFAULT_BUDGETS, help="three budgets, ';'-separated")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="another setting of every budget (RiskBudget's fields, e.g. cpu_eta_start=0.5)")
+    parser.add_argument("--write", action="store_true", help="write the table into RESULTS.md (`calibration`)")
+    args = parser.parse_args(argv)
+    extra = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
+    budgets = [replace(parse_budget(b), **extra) for b in args.budgets.split(";")]
+    header = ["| trace | scale | budget | CPU share over request (vs budget) vs VPA | series within [1/2, 2]x "
+              "(CPU) | OOM / container-month vs VPA | series within [1/2, 2]x (OOM) | floor-bound series (CPU / "
+              "memory) | CPU slack rel / mem slack rel / changes per day, vs VPA |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    table = list(header)
+    print("\n".join(header))
+    for name in args.trace or sorted(TRACES):
+        file, cols = TRACES[name]
+        path = TRACES_DIR / file
+        if not path.is_file():
+            print(f"calibration_study: {path} is absent; {name} skipped", file=sys.stderr)
+            continue
+        series = [s for _, s in zip(range(args.series or 10**9), read_trace(path, cols), strict=False)]
+        for scale in args.scales.split(","):
+            rows = lines(name, scale, study(scaled(series, float(scale)), budgets, args.workers))
+            table += rows
+            print("\n".join(rows), flush=True)
+    if args.write:
+        which = "every series" if args.series is None else f"the first {args.series} series"
+        write_section("calibration", "Risk budget calibration per training trace (#39 item 2)",
+                      f"{machine_facts()}\n\n`python -m tests.benchmarks.calibration_study --scales {args.scales}` "
+                      f"({which} of each trace, {args.workers} workers).\n\n" + "\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
