@@ -23,8 +23,9 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from podtailor.runtime.cli import UsageError, kube_client
 from recommender.model.types import ContainerKey, UsageBatch
@@ -32,11 +33,15 @@ from recommender.report.types import Inventory, Report, Workload, WorkloadReport
 from recommender.sources.clusters import qualify, split
 
 if TYPE_CHECKING:  # the builder is imported by the run that uses it, not by --help
+    from kubernetes.client import ApiClient
+
     from recommender.kube.checkpoint import Restored
     from recommender.model.types import Strategy
     from recommender.report.build import BuildConfig, Recommending
     from recommender.report.checkpoints import Read
+    from recommender.report.pricing import PriceSheet
     from recommender.report.types import WorkloadKey
+    from recommender.sources.config import PrometheusConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,7 +191,7 @@ def read_groups(inventories: Mapping[str, Inventory], fleet: Fleet, groups: int)
     return out
 
 
-def _discover(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, Any],
+def _discover(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClient],
               progress: Progress) -> dict[str, Inventory]:
     """Each cluster's inventory, from its own API server (KubeError names the context)."""
     from podtailor.kube.errors import KubeError
@@ -208,7 +213,8 @@ def _listing(progress: Progress, context: str) -> Callable[[str], None]:
     return lambda kind: progress.stage(f"listing {kind}s of {context}")
 
 
-def _checkpoints(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, Any], inventories: Mapping[str, Inventory],
+def _checkpoints(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClient],
+                 inventories: Mapping[str, Inventory],
                  strategy: Strategy) -> tuple[dict[str, Inventory], dict[str, Mapping[WorkloadKey, Restored]]]:
     """Each cluster's usable checkpoints, from its own API server as ``cli._collect`` reads one cluster's
     (``checkpoints.restoring``): their warnings (no CRD, no permission: fresh state for that cluster) and list
@@ -257,8 +263,8 @@ def build(inventories: Mapping[str, Inventory], batches: Mapping[ContainerKey, U
     return replace(report, workloads=tuple(plain), clusters=totals)
 
 
-def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any, strategy: Strategy, prom: Any,
-            progress: Progress) -> tuple[int, Report | None]:
+def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices: PriceSheet, strategy: Strategy,
+            prom: PrometheusConfig, progress: Progress) -> tuple[int, Report | None]:
     """The ``report`` command's work over a fleet (``cli._collect`` for one cluster); the clients it makes for
     the contexts after the first are closed here, ``first_api`` by the caller."""
     from podtailor.kube.errors import KubeError
@@ -267,7 +273,7 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any,
     if args.output == patches.FORMAT:  # one file per namespace/kind/name: two clusters' workloads would collide
         print("error: -o patches writes the patches of one cluster: run it once per --context", file=sys.stderr)
         return cli.EXIT_USAGE, None
-    apis: dict[str, Any] = {fleet.targets[0].context: first_api}
+    apis: dict[str, ApiClient] = {fleet.targets[0].context: first_api}
     try:
         for t in fleet.targets[1:]:
             apis[t.context] = kube_client(argparse.Namespace(**{**vars(args), "context": t.context}))
@@ -279,8 +285,9 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any,
         print(f"error: Kubernetes API: {err}", file=sys.stderr)
         return cli.EXIT_FAILED, None
     finally:
-        for api in list(apis.values())[1:]:
-            api.close()
+        with ExitStack() as clients:
+            for api in list(apis.values())[1:]:
+                clients.enter_context(closing(api))
     if not any(inv.workloads for inv in inventories.values()):
         print(f"error: empty result: no workload matched in any of the contexts {', '.join(inventories)}",
               file=sys.stderr)
@@ -289,8 +296,8 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: Any, prices: Any,
 
 
 def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping[str, Inventory],
-                    restored: Mapping[str, Mapping[WorkloadKey, Restored]], prices: Any, strategy: Strategy,
-                    prom: Any, progress: Progress) -> tuple[int, Report | None]:
+                    restored: Mapping[str, Mapping[WorkloadKey, Restored]], prices: PriceSheet,
+                    strategy: Strategy, prom: PrometheusConfig, progress: Progress) -> tuple[int, Report | None]:
     """Every cluster's history in the read groups of their qualified namespaces, one group after another
     (each group one pass: the same handful of queries for all the clusters), then the report: each cluster's
     workloads with a restored checkpoint grown by that cluster's history after it (``starting_states``)."""
