@@ -179,23 +179,14 @@ def test_an_infeasible_pods_restore_not_accepted_is_sent_again_while_its_batch_b
     assert not [z for z in effects if isinstance(z, machine.Resize)]
 
 
-def test_the_rollback_command_reports_a_pod_not_restored_and_exits_1(monkeypatch: pytest.MonkeyPatch,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """``podtailor-updater rollback`` on the rollout above, once its pod is NotRestored: the command's own loop
-    (``updater.__main__.cmd_rollback``) over the real state machine, with the journal store and the executor's
-    reads and writes as small fakes: it ends Halted, names the pod and why, and exits 1 (0 is kept for a rollout
-    that is RolledBack)."""
-    import argparse
+def _fake_wiring(monkeypatch: pytest.MonkeyPatch, r: Rollout) -> list[Rollout]:
+    """``rollback``'s wiring (``updater.__main__.build_executor``) as small fakes: a journal store holding ``r``
+    (the rollouts saved are returned, in order) and an executor whose reads show the pod above its old memory
+    limit and whose writes change nothing."""
     from types import SimpleNamespace
 
     from updater import __main__ as updater_main
 
-    r = _restore_sent(_failed())
-    now = NOW + 1
-    while r.phase == Phase.ROLLING_BACK:
-        r, _ = machine.advance(r, _below_usage(), now, timeouts=TIMEOUTS)
-        now += 1
-    assert r.phase == Phase.HALTED and r.entries[0].state == EntryState.NOT_RESTORED
     saved: list[Rollout] = []
 
     class Store:
@@ -216,6 +207,26 @@ def test_the_rollback_command_reports_a_pod_not_restored_and_exits_1(monkeypatch
 
     monkeypatch.setattr(updater_main, "build_executor",
                         lambda args: SimpleNamespace(executor=Executor(), store=Store()))
+    return saved
+
+
+def test_the_rollback_command_reports_a_pod_not_restored_and_exits_1(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``podtailor-updater rollback`` on the rollout above, once its pod is NotRestored: the command's own loop
+    (``updater.__main__.cmd_rollback``) over the real state machine, with the journal store and the executor's
+    reads and writes as small fakes: it ends Halted, names the pod and why, and exits 1 (0 is kept for a rollout
+    that is RolledBack)."""
+    import argparse
+
+    from updater import __main__ as updater_main
+
+    r = _restore_sent(_failed())
+    now = NOW + 1
+    while r.phase == Phase.ROLLING_BACK:
+        r, _ = machine.advance(r, _below_usage(), now, timeouts=TIMEOUTS)
+        now += 1
+    assert r.phase == Phase.HALTED and r.entries[0].state == EntryState.NOT_RESTORED
+    saved = _fake_wiring(monkeypatch, r)
     assert updater_main.cmd_rollback(argparse.Namespace(rollout=r.name, timeout=30.0)) == 1
     out = capsys.readouterr().out
     assert f"{r.name}: Halted; rollback incomplete: 0 pods restored, 1 not" in out
@@ -230,30 +241,12 @@ def test_the_rollback_command_says_when_its_timeout_ran_out_with_the_restore_sti
     RollingBack (its pods Reverting, not NotRestored), so the command says the timeout ended the wait and that the
     journaled request carries on, lists the pods still Reverting, and exits 1 (the rollback is not done)."""
     import argparse
-    from types import SimpleNamespace
 
     from updater import __main__ as updater_main
 
     r = _restore_sent(_failed())
     assert r.phase == Phase.ROLLING_BACK and r.entries[0].state == EntryState.REVERTING
-
-    class Store:
-        def get(self, name: str) -> Rollout | None:
-            return r if name == r.name else None
-
-        def save(self, new: Rollout) -> Rollout:
-            return new
-
-    class Executor:
-        def read(self) -> SimpleNamespace:
-            return SimpleNamespace(observations=_below_usage())
-
-        def perform(self, old: Rollout, new: Rollout, effects: object, obs: object, now_s: float
-                    ) -> tuple[Rollout, list[object]]:
-            return new, []
-
-    monkeypatch.setattr(updater_main, "build_executor",
-                        lambda args: SimpleNamespace(executor=Executor(), store=Store()))
+    _fake_wiring(monkeypatch, r)
     monkeypatch.setattr(updater_main.time, "sleep", lambda s: None)
     assert updater_main.cmd_rollback(argparse.Namespace(rollout=r.name, timeout=1e-6)) == 1
     out = capsys.readouterr().out
