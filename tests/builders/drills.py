@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,23 @@ def journal_allows(rollouts: Sequence[Rollout], table: Mapping[EntryState, int])
     return out
 
 
+SAMPLE_FLOOR = 5  # the samples a drill's invariant sampler must have taken for its "clean" to mean anything
+
+
+def await_sample_floor(samples: Callable[[], int], sampler: threading.Thread, interval_s: float,
+                       floor: int = SAMPLE_FLOOR, timeout_s: float = 60.0) -> None:
+    """Let a drill's sampler reach its floor before it is stopped.
+
+    On a loaded machine a drill can settle before its sampler (a list of pods and one of the journal per sample,
+    none while the API server is down on purpose) has taken ``floor`` samples. Samples taken now check the
+    settled state against the same invariants, so waiting for them makes the floor a matter of time, not of the
+    machine's load; a sampler that cannot sample at all still fails the floor in ``assert_clean``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while samples() < floor and sampler.is_alive() and time.monotonic() < deadline:
+        time.sleep(interval_s)
+
+
 class Invariants:
     """Samples the namespace every ``interval_s`` (direct admin client) and records every breach."""
 
@@ -181,6 +198,8 @@ class Invariants:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            await_sample_floor(lambda: self.samples, self._thread, self.interval_s)
         self._stop.set()
         self._thread.join(timeout=10)
 
@@ -226,7 +245,7 @@ class Invariants:
             self.violations.append(f"{now} {restarts} container restarts, budget {self.max_restarts}")
         self.samples += 1
 
-    def assert_clean(self, min_samples: int = 5) -> None:
+    def assert_clean(self, min_samples: int = SAMPLE_FLOOR) -> None:
         assert self.samples >= min_samples, f"only {self.samples} invariant samples"
         assert not self.violations, "\n".join(self.violations[:20])
 

@@ -28,6 +28,7 @@ from kubernetes import client
 from podtailor.kube.errors import KubeError
 from podtailor.units import parse_cpu_millicores, parse_memory_bytes
 from tests.builders.cluster import POOL_KEY, Scenario
+from tests.builders.drills import SAMPLE_FLOOR, await_sample_floor
 from tests.conftest import SimFactory
 from tests.waiting import eventually
 from updater.kube.writes import Evictor, PodResizer, TemplatePatcher
@@ -295,6 +296,8 @@ class Sampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc[0] is None and self._thread is not None:
+            await_sample_floor(lambda: self.samples, self._thread, self.interval_s)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -342,7 +345,7 @@ class Sampler:
                                        f"(journal allows {allowed.get(uid, 0)} resizes)")
         self.samples += 1
 
-    def assert_clean(self, min_samples: int = 5) -> None:
+    def assert_clean(self, min_samples: int = SAMPLE_FLOOR) -> None:
         assert self.samples >= min_samples, f"only {self.samples} samples taken"
         assert not self.violations, "\n".join(self.violations[:20])
 
