@@ -90,6 +90,9 @@ def _vpas(objs: Iterable[Obj]) -> tuple[dict[WorkloadKey, WorkloadTarget], dict[
             continue
         try:
             targets[key] = convert_vpa(obj, replicas=0)
+            if targets[key].pool_problem:
+                log.warning("per-pool values refused", extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}",
+                                                              "reason": targets[key].pool_problem})
         except _READ_ERRORS as err:
             log.warning("unreadable VPA; its pods are admitted unchanged",
                         extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}", "error": str(err)})
