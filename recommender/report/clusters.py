@@ -199,7 +199,7 @@ def _discover(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClie
     from recommender.report.discovery import Discovery, Filters
 
     filters = Filters(namespaces=tuple(args.namespace), selector=args.selector, kinds=tuple(args.kind),
-                      pool_label=args.pool_label)
+                      pool_label=args.pool_label, split_pools=False)
     out = {}
     for t in fleet.targets:
         progress.stage(f"listing workloads of {t.context}", total=None)
