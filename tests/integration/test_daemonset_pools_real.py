@@ -5,14 +5,17 @@ DaemonSet runs one pod on each node, and its usage, written by the node simulato
 from a known model, scales with the node: 5% of the node's CPU and 16 MiB of memory per core. The
 recommender (one pass over two days of history) writes one target per pool into the VPA's
 ``podtailor.io/pool-recommendations`` annotation and the majority pool's into its status; the updater then
-resizes each pod in place to its own pool's target.
+resizes each pod in place to its own pool's target; ``report`` shows one row per pool with the same targets;
+and the webhook starts the pod the DaemonSet controller puts back on the large node at the large pool's value.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -28,6 +31,7 @@ from recommender.sources.config import PrometheusConfig
 from recommender.sources.prometheus import PrometheusSource
 from tests.builders.cluster import POOL_KEY, Scenario
 from tests.harness.prometheus import LocalPrometheus
+from tests.integration.test_report_real import run_report
 from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
 from tests.nodesim.usage import Constant
 from tests.waiting import eventually
@@ -74,7 +78,8 @@ def backfill(prom: LocalPrometheus, tmp: Path, sc: Scenario, pods: list[client.V
 
 
 def test_a_daemonset_gets_a_target_per_pool_and_each_pod_its_pools(
-    scenario: Scenario, crds: list[str], prometheus: LocalPrometheus, tmp_path: Path,
+    scenario: Scenario, crds: list[str], prometheus: LocalPrometheus, tmp_path: Path, cluster: Any,
+    webhook: Callable[[], None],
 ) -> None:
     sc = scenario
     sims = [sc.pool("small", nodes=2, cpu=2000), sc.pool("large", nodes=1, cpu=32000)]
@@ -121,3 +126,27 @@ def test_a_daemonset_gets_a_target_per_pool_and_each_pod_its_pools(
              for p in sc.running("agent")}
     assert sorted(a[0] for a in after.values()) == sorted([sc.pools["small"]] * 2 + [sc.pools["large"]])
     assert {p.metadata.name for p in pods} == set(after), json.dumps({k: v[0] for k, v in after.items()})
+
+    # The report: one row per pool, each with that pool's recommendation (the same computation as the pass).
+    out = run_report(cluster, prometheus.url, "-n", sc.ns, "-o", "json", "--strategy", "krr-simple", "--history",
+                     "3d", "--pool-label", POOL_KEY, "--no-checkpoints")
+    assert out.returncode == 0, out.stderr
+    rows = {w["pool"]: w for w in json.loads(out.stdout)["workloads"] if w["name"] == "agent"}
+    assert set(rows) == {sc.pools["small"], sc.pools["large"]}
+    assert (rows[sc.pools["small"]]["runningPods"], rows[sc.pools["large"]]["runningPods"]) == (2, 1)
+    for pool, rec in ((sc.pools["small"], small), (sc.pools["large"], large)):
+        assert rows[pool]["containers"][0]["recommendation"]["target"] == {
+            "cpuMillicores": rec.cpu_millicores, "memoryBytes": rec.memory_bytes}
+
+    # The webhook: the large node's pod, replaced by the DaemonSet controller, starts at the large pool's value.
+    [old] = [name for name, (pool, _) in after.items() if pool == sc.pools["large"]]
+    sc.core.delete_namespaced_pod(old, sc.ns, grace_period_seconds=0)
+
+    def replacement() -> client.V1Pod | None:
+        return next((p for p in sc.running("agent") if p.metadata.name != old
+                     and pool_of[p.spec.node_name] == sc.pools["large"]), None)
+
+    eventually("the large node's pod replaced", lambda: replacement() is not None, timeout_s=60)
+    new = replacement()
+    assert new is not None and new.metadata.annotations.get("podtailor.io/admitted-resources")
+    assert parse_cpu_millicores(new.spec.containers[0].resources.requests["cpu"]) == large.cpu_millicores
