@@ -316,8 +316,10 @@ class RecommenderEngine:
                      now_s: float) -> dict[str, Recommendation]:
         """A DaemonSet's per-pool values into its annotation; returns what its status carries
         (``recommender.pools.pool_outcome``)."""
-        per_pool, entry.pool_states = recommend_pools(self._strategy_for(entry), entry.workload.containers,
-                                                      entry.pool_states, vpa=entry.spec, fleet=fleet, now_s=now_s)
+        running = set(entry.pod_pools.values())  # a pool the DaemonSet left is dropped with its states
+        states = {pool: s for pool, s in entry.pool_states.items() if pool in running}
+        per_pool, entry.pool_states = recommend_pools(self._strategy_for(entry), entry.workload.containers, states,
+                                                      vpa=entry.spec, fleet=fleet, now_s=now_s)
         outcome = pool_outcome(overall, per_pool, entry.pod_pools)
         if outcome.problem:
             log.warning("per-pool values not written; the status value serves every pool", extra={

@@ -49,6 +49,7 @@ class Store(StatusStore):
         super().__init__()
         self.annotation: dict[str, str | None] = {}
         self.pool_reads: list[tuple[str, str, str]] = []
+        self.pods = PODS
 
     def list_vpas(self, namespaces: Sequence[str] = ()) -> list[VpaSpec | UnparsableVpa]:
         return [read_vpa({"metadata": {"namespace": "ns", "name": f"v-{name}", "uid": f"u-{name}", "generation": 1},
@@ -61,7 +62,7 @@ class Store(StatusStore):
 
     def pod_pools(self, namespace: str, daemonset: str, pool_label: str) -> Mapping[str, str]:
         self.pool_reads.append((namespace, daemonset, pool_label))
-        return PODS
+        return self.pods
 
     def write_pool_annotation(self, vpa: VpaIdentity, value: str | None) -> bool:
         self.annotation[vpa.name] = value
@@ -108,6 +109,11 @@ def test_a_daemonset_gets_a_value_per_pool_and_its_status_the_majority_pools() -
     assert entry["target"] == per_pool.pools["small"]["agent"].to_status()["target"]  # two of three pods: small
     assert report.recommendations[("ns", "v-agent", "agent")].target == small
     assert "v-web" not in store.annotation  # only DaemonSets carry per-pool values
+
+    store.pods = {"agent-a": "small", "agent-b": "small"}  # the large node is gone
+    eng.run_pass(NOW + 60)
+    assert set(decode(store.annotation["v-agent"]).pools) == {"small"}  # its pool is dropped, states and value
+    assert set(eng.served["u-agent"].pool_states) == {"small"}
 
 
 def test_without_pool_values_the_status_is_workload_wide_and_the_annotation_removed() -> None:
