@@ -79,6 +79,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="history read for a VPA seen for the first time without a checkpoint (default: 8d)")
     g.add_argument("--checkpoint-every", type=duration_s, default=600.0, metavar="DURATION",
                    help="how often state is checkpointed in the API server (default: 10m)")
+    g.add_argument("--pool-label", default="", metavar="KEY",
+                   help="node label naming the pool of a DaemonSet's per-pool values (default: the updater's: the "
+                        "first present of the common keys)")
 
 
 def _in_flight(text: str) -> int | None:
@@ -195,4 +198,4 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
     return EngineConfig(recommender_name=args.recommender_name, serve_all=args.serve_all_vpas,
                         history_s=args.history, checkpoint_every_s=args.checkpoint_every,
-                        namespaces=tuple(args.namespace))
+                        namespaces=tuple(args.namespace), pool_label=args.pool_label)

@@ -13,7 +13,8 @@ target (never a zero or a floor). Checkpoints are written every ``checkpoint_eve
 strategy per distinct value, in a small cache); the state is the same whatever the risk (it prices only the
 recommendation), so a changed annotation takes effect at the next pass without reloading history. An unusable
 value, or any value when the strategy has no risk setting, leaves the VPA on the default strategy, with one
-warning Event and log line each time the reason changes.
+warning Event and log line each time the reason changes. A DaemonSet is also recommended per node pool
+(``recommender.pools``): its status carries the pool most of its pods run on, an annotation every pool's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from recommender.model.fleet import FleetSums
 from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.registry import AtRisk
 from recommender.model.types import ContainerKey, ContainerState, FleetScale, Recommendation, Strategy, UsageBatch
+from recommender.pools import PoolStates, fold_pools, pod_pool_keys, pool_outcome, recommend_pools
 from recommender.recommend import fleet_of, fleet_parts, fold_new, has_target, recommend_workload, strategy_for
 from recommender.sources.errors import PartialSourceError
 
@@ -42,7 +44,10 @@ RISK_CACHE_SIZE = 16
 
 
 class UsageSource(Protocol):
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> Mapping[ContainerKey, UsageBatch]:
+        """Usage by workload container; a DaemonSet pod in ``pools`` ((namespace, pod) -> node pool) also under
+        its pool's key (``ContainerKey.pool``)."""
         ...
 
 
@@ -71,6 +76,14 @@ class VpaStore(Protocol):
 
     def save_checkpoint(self, vpa: VpaIdentity, spec: Mapping[str, object]) -> None: ...
 
+    def pod_pools(self, namespace: str, daemonset: str, pool_label: str) -> Mapping[str, str]:
+        """A DaemonSet's pods, each with its node's pool (``podtailor.nodepool.node_pool``)."""
+        ...
+
+    def write_pool_annotation(self, vpa: VpaIdentity, value: str | None) -> bool:
+        """Set (None: remove) the VPA's ``podtailor.poolrecs.ANNOTATION``; whether anything was written."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
@@ -85,6 +98,9 @@ class EngineConfig:
     namespaces: tuple[str, ...] = ()
     """Only these namespaces (empty: all)."""
     read_lag_s: float = 120.0
+    pool_label: str = ""
+    """The node label naming pools for DaemonSets' per-pool values ("": the first of the common keys, as the
+    updater's canary batches read it, ``podtailor.nodepool``)."""
     """Read history only up to now minus this: the newest step may still lack its last scrapes, and a step
     once read is not read again (two 60 s scrape intervals by default)."""
 
@@ -99,6 +115,10 @@ class Served:
     history_until_s: float | None = None
     last_checkpoint_s: float = 0.0
     risk_warning: str | None = None
+    pod_pools: dict[str, str] = field(default_factory=dict)
+    """A DaemonSet's pods -> node pool, read each pass (empty for other kinds)."""
+    pool_states: PoolStates = field(default_factory=dict)
+    """A DaemonSet's states per pool (``recommender.pools``); not checkpointed: rebuilt from new history."""
     """The last risk-annotation problem reported for this VPA (reported again only when it changes)."""
 
 
@@ -190,6 +210,7 @@ class RecommenderEngine:
     def run_pass(self, now_s: float) -> PassReport:
         with self.metrics.pass_seconds.time():
             entries, unsupported = self._discover(now_s)
+            self._read_pools(entries)
             end_s = now_s - self.config.read_lag_s
             groups: dict[float, list[Served]] = {}
             for e in entries:
@@ -226,14 +247,26 @@ class RecommenderEngine:
         parts = fleet_parts(self.strategy, by_namespace, now_s)
         return None if parts is None else self.fleet_share.fleet(parts, now_s).scale()
 
+    def _read_pools(self, entries: list[Served]) -> None:
+        """Each served DaemonSet's pods and their pools; on a failure the last ones read are kept."""
+        for e in entries:
+            if e.workload.kind != "DaemonSet":
+                continue
+            try:
+                e.pod_pools = dict(self.store.pod_pools(e.spec.namespace, e.workload.name, self.config.pool_label))
+            except Exception as err:  # the store's error tree; the per-pool values wait for the next pass
+                log.warning("DaemonSet pods unread; keeping the last pools", extra={
+                    "namespace": e.spec.namespace, "workload": e.workload.name, "error": str(err)[:300]})
+
     def _read(self, start_s: float, end_s: float,
               members: list[Served]) -> tuple[Mapping[ContainerKey, UsageBatch], frozenset[str], str]:
         """The group's new samples, the namespaces that could not be read, and why."""
         namespaces = sorted({m.spec.namespace for m in members})
         failed: frozenset[str] = frozenset(namespaces)
         message = ""
+        pools = {k: p for m in members for k, p in pod_pool_keys(m.spec.namespace, m.pod_pools).items()}
         try:
-            batches, failed = self.source.history(namespaces, start_s, end_s), frozenset()
+            batches, failed = self.source.history(namespaces, start_s, end_s, pools), frozenset()
         except PartialSourceError as err:  # some namespaces read in full: serve those, the rest stays stale
             batches, failed, message = err.batches, err.failed_namespaces, f"usage history unavailable: {err}"
         except Exception as err:  # the source's own error tree; any failure means "no new data"
@@ -253,9 +286,11 @@ class RecommenderEngine:
     def _fold(self, entry: Served, batches: Mapping[ContainerKey, UsageBatch]) -> None:
         """The new samples into each container's state (``recommend.fold_new``)."""
         spec, workload = entry.spec, entry.workload
-        fold_new(self.strategy, entry.states, {c.name: ContainerKey(
-            namespace=spec.namespace, workload_kind=workload.kind, workload_name=workload.name, container=c.name)
-            for c in workload.containers}, batches)
+        keys = {c.name: ContainerKey(namespace=spec.namespace, workload_kind=workload.kind,
+                                     workload_name=workload.name, container=c.name) for c in workload.containers}
+        fold_new(self.strategy, entry.states, keys, batches)
+        if keys and (pools := {p for p in entry.pod_pools.values() if p}):
+            fold_pools(self.strategy, entry.pool_states, next(iter(keys.values())), list(keys), pools, batches)
 
     def _serve(self, entry: Served, end_s: float, now_s: float, recs: dict[tuple[str, str, str], Recommendation],
                fleet: FleetScale | None) -> int:
@@ -264,6 +299,8 @@ class RecommenderEngine:
                                   fleet=fleet, now_s=now_s)
         entry.states = dict(done.states)
         out = {name: rec for name, rec in done.recommendations.items() if has_target(rec)}
+        if workload.kind == "DaemonSet":
+            out = self._serve_pools(entry, out, fleet, now_s)
         recs.update(((spec.namespace, spec.name, name), rec) for name, rec in out.items())
         entry.history_until_s = end_s
         wrote = self.store.update_vpa_status(spec, lambda status: build_status(
@@ -274,6 +311,21 @@ class RecommenderEngine:
                 f"{name}: {_short(rec)}" for name, rec in sorted(out.items())) or "no usage history yet")
         self._maybe_checkpoint(entry, now_s)
         return int(wrote)
+
+    def _serve_pools(self, entry: Served, overall: dict[str, Recommendation], fleet: FleetScale | None,
+                     now_s: float) -> dict[str, Recommendation]:
+        """A DaemonSet's per-pool values into its annotation; returns what its status carries
+        (``recommender.pools.pool_outcome``)."""
+        running = set(entry.pod_pools.values())  # a pool the DaemonSet left is dropped with its states
+        states = {pool: s for pool, s in entry.pool_states.items() if pool in running}
+        per_pool, entry.pool_states = recommend_pools(self._strategy_for(entry), entry.workload.containers, states,
+                                                      vpa=entry.spec, fleet=fleet, now_s=now_s)
+        outcome = pool_outcome(overall, per_pool, entry.pod_pools)
+        if outcome.problem:
+            log.warning("per-pool values not written; the status value serves every pool", extra={
+                "namespace": entry.spec.namespace, "vpa": entry.spec.name, "reason": outcome.problem})
+        self.store.write_pool_annotation(entry.spec, outcome.annotation)
+        return dict(outcome.status)
 
     def _strategy_for(self, entry: Served) -> Strategy:
         """The strategy at this VPA's risk annotations, or the default one (saying why, once per reason)."""

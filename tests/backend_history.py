@@ -33,9 +33,10 @@ class RecordingSource:
         self.inner = inner
         self.calls: list[tuple[tuple[str, ...], float, float]] = []
 
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> dict[ContainerKey, UsageBatch]:
         self.calls.append((tuple(namespaces), start_s, end_s))
-        return self.inner.history(namespaces, start_s, end_s)
+        return self.inner.history(namespaces, start_s, end_s, pools)
 
 
 def make_vpa(api: client.ApiClient, ns: str, name: str) -> None:

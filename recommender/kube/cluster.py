@@ -5,11 +5,14 @@ Owns every call the recommender makes to Kubernetes. ``KubeAdapter`` lists VPA o
 ``targetRef`` (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) to the containers of its pod
 template with their current requests and limits, writes ``status`` through the status subresource with
 the object's resourceVersion (re-reading and rebuilding on 409), and stores one ``RecommenderCheckpoint``
-per VPA, owned by it. Failures become ``KubeError``s (``errors.py``); a missing object is ``None``.
+per VPA, owned by it; for a DaemonSet, its pods' node pools and the per-pool annotation
+(``podtailor.poolrecs``), written by a metadata merge patch. Failures become ``KubeError``s (``errors.py``);
+a missing object is ``None``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +21,8 @@ from kubernetes import client
 
 from podtailor.kube.errors import KubeError, TemporaryKubeError, classify, is_not_found
 from podtailor.kube.fields import pod_containers
+from podtailor.nodepool import node_pool
+from podtailor.poolrecs import ANNOTATION
 from podtailor.resources import CurrentResources, parse_resources
 from podtailor.vpa import GROUP, PLURAL, VERSION, TargetRef
 from recommender.kube.checkpoint import owned_by
@@ -67,6 +72,7 @@ class KubeAdapter:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
         self.api_client = api_client
         self.readers: dict[str, Callable[[str, str], Any]] = {
             "Deployment": client.AppsV1Api(api_client).read_namespaced_deployment,
@@ -111,8 +117,6 @@ class KubeAdapter:
             if is_not_found(err):
                 return None
             raise
-        import json
-
         obj = json.loads(resp.data)
         return Workload(namespace=namespace, kind=ref.kind, name=ref.name, containers=containers_of(
             _pod_spec(ref.kind, obj)))
@@ -177,6 +181,39 @@ class KubeAdapter:
                                                        CHECKPOINT_PLURAL, vpa.name,
                                                        {"metadata": {"ownerReferences": owners}, "spec": spec})
         except Exception as err:
+            raise classify(err, action) from err
+
+    def pod_pools(self, namespace: str, daemonset: str, pool_label: str) -> dict[str, str]:
+        """The DaemonSet's pods (by controller owner reference), each with its node's pool
+        (``podtailor.nodepool.node_pool``); a pod not yet scheduled is left out."""
+        pods = self._call(f"list pods in {namespace}", self.core.list_namespaced_pod, namespace,
+                          _preload_content=False)
+        nodes = self._call("list nodes", self.core.list_node, _preload_content=False)
+        pool_of = {str(n["metadata"]["name"]): node_pool(n["metadata"].get("labels") or {}, pool_label)
+                   for n in json.loads(nodes.data)["items"]}
+        out = {}
+        for pod in json.loads(pods.data)["items"]:
+            meta, node = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
+            if node and any(ref.get("controller") and ref.get("kind") == "DaemonSet" and ref.get("name") == daemonset
+                            for ref in meta.get("ownerReferences") or ()):
+                out[str(meta["name"])] = pool_of.get(node, "")
+        return out
+
+    def write_pool_annotation(self, vpa: VpaIdentity, value: str | None) -> bool:
+        """Set (None: remove) the VPA's per-pool annotation by a merge patch of its metadata, with its uid as
+        a precondition; nothing is sent when the VPA already carries that value."""
+        action = f"write VPA {vpa.namespace}/{vpa.name} {ANNOTATION}"
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, vpa.namespace, PLURAL, vpa.name)
+            if obj["metadata"].get("uid") != vpa.uid or (obj["metadata"].get("annotations") or {}).get(
+                    ANNOTATION) == value:
+                return False
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, vpa.namespace, PLURAL, vpa.name, {
+                "metadata": {"uid": vpa.uid, "annotations": {ANNOTATION: value}}})
+            return True
+        except Exception as err:
+            if is_not_found(err) or (isinstance(err, client.ApiException) and err.status == 409):
+                return False  # gone or replaced meanwhile: the next pass serves what is there
             raise classify(err, action) from err
 
 

@@ -4,10 +4,10 @@ Owns the write guard of a sharded replica. ``ShardedStore`` wraps the engine's `
 returns only the VPAs of namespaces whose shard this replica holds (so the engine serves, reads history for
 and checkpoints nothing else), and every write asks ``owns(namespace)`` (``podtailor.runtime.shards.
 ShardTable.owns``) just before it is sent: a status write inside its read-build-write step, after the read
-(so a 409 retry asks again), a checkpoint before its write. A write refused there is skipped, logged, counted
-(``refused``) and reported as not written; the engine drops the VPA at its next pass, and the replica that
-takes the shard restores it from the checkpoint. Each write done is logged at debug level with the
-namespace, the VPA and the shard, so the writers of a VPA can be counted from the replicas' logs.
+(so a 409 retry asks again), a checkpoint or a DaemonSet's pool annotation before its write. A write refused
+there is skipped, logged, counted (``refused``) and reported as not written; the engine drops the VPA at its
+next pass, and the replica that takes the shard restores it from the checkpoint. Each write done is logged at
+debug level with the namespace, the VPA and the shard, so the writers of a VPA can be counted from the replicas' logs.
 """
 
 from __future__ import annotations
@@ -62,6 +62,15 @@ class ShardedStore:
         if not refused:
             self.inner.save_checkpoint(vpa, spec)
         self._logged("checkpoint", vpa, wrote=not refused, refused=refused)
+
+    def pod_pools(self, namespace: str, daemonset: str, pool_label: str) -> Mapping[str, str]:
+        return self.inner.pod_pools(namespace, daemonset, pool_label)
+
+    def write_pool_annotation(self, vpa: VpaIdentity, value: str | None) -> bool:
+        refused = not self.owns(vpa.namespace)
+        wrote = False if refused else self.inner.write_pool_annotation(vpa, value)
+        self._logged("pool annotation", vpa, wrote=wrote, refused=refused)
+        return wrote
 
     def _logged(self, what: str, vpa: VpaIdentity, *, wrote: bool, refused: bool) -> None:
         fields = {"namespace": vpa.namespace, "vpa": vpa.name, "shard": shard_of(vpa.namespace, self.shards),

@@ -36,6 +36,9 @@ class ContainerKey:
     """Top-level owner kind: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Rollout or Pod."""
     workload_name: str
     container: str
+    pool: str = ""
+    """A DaemonSet's usage on one node pool (``podtailor.poolrecs``): "" for the workload's whole usage, which
+    every kind has; a DaemonSet's pods on a named pool also count under their pool's key."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

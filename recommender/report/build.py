@@ -223,7 +223,7 @@ class Recommending:
 
 def _key(workload: Workload, container: str) -> ContainerKey:
     return ContainerKey(namespace=workload.namespace, workload_kind=workload.kind, workload_name=workload.name,
-                        container=container)
+                        container=container, pool=workload.pool)
 
 
 def _served(workload: Workload) -> tuple[ContainerSpec, ...]:
@@ -340,7 +340,7 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
         qos_current=qos_now.value, qos_planned=_qos(c.planned for c in containers).value,
         disruption=outcome.disruption, disruption_reason=outcome.reason, disruption_message=outcome.message,
         risks=_risks(workload, reports, qos_now, hpa), cost=sum((c.cost for c in reports), Cost()),
-        vpa=None if vpa is None else vpa.name)
+        vpa=None if vpa is None else vpa.name, pool_row=bool(workload.pool))
 
 
 def _group(items: Iterable[WorkloadReport], key: Callable[[WorkloadReport], str]) -> tuple[GroupSummary, ...]:

@@ -121,7 +121,7 @@ def grow(workloads: Iterable[Workload], restored: Mapping[WorkloadKey, Restored]
     container (every restored state, as the engine keeps them all and prices its fleet over them)."""
     groups: dict[float, list[Workload]] = {}
     for w in workloads:
-        if w.key in restored:
+        if w.key in restored and not w.pool:  # a pool's row is recommended from its own usage only
             groups.setdefault(read_start(restored[w.key].history_until_s, end_s, history_s), []).append(w)
     out: dict[ContainerKey, ContainerState] = {}
     for start, members in sorted(groups.items()):
@@ -140,6 +140,6 @@ def starting_states(workloads: Iterable[Workload], batches: Mapping[ContainerKey
     """The states of ``workloads`` as the engine's pass has them: fresh over ``batches`` (the window's read)
     where no checkpoint was restored (``build.fold``), else restored and grown by ``read`` (``grow``)."""
     members = list(workloads)
-    states = fold((w for w in members if w.key not in restored), batches, strategy)
+    states = fold((w for w in members if w.pool or w.key not in restored), batches, strategy)
     states.update(grow(members, restored, read, end_s=end_s, history_s=history_s, strategy=strategy))
     return states

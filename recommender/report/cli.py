@@ -328,13 +328,14 @@ def _collect(args: argparse.Namespace, prices: PriceSheet, strategy: Strategy, p
                    total=len(inventory.workloads))
     batches: dict[ContainerKey, UsageBatch] = {}
     states: dict[ContainerKey, ContainerState] = {}
+    pools = {(w.namespace, p.name): w.pool for w in inventory.workloads if w.pool for p in w.pods}
     # One thread reads group i + 1 while this one folds group i into its states: Prometheus and the model work
     # at the same time. Reads stay one after another (one source, one pass at a time), and a failed read of
     # any group fails the report, as a failed single read does: nothing half-read is printed. Recommending
     # waits for the last group: the fleet is that of every container, as the engine's (``recommend.py``).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-read") as reader:
         def read(names: tuple[str, ...]) -> Future[Mapping[ContainerKey, UsageBatch]]:
-            return reader.submit(source.history, names, start, end)
+            return reader.submit(source.history, names, start, end, pools)
 
         pending = read(groups[0])
         try:
@@ -344,7 +345,7 @@ def _collect(args: argparse.Namespace, prices: PriceSheet, strategy: Strategy, p
                     pending = read(groups[i + 1])
                 inside = set(names)
                 states.update(fold((w for w in inventory.workloads if w.namespace in inside
-                                    and w.key not in restored.restored), group, strategy))
+                                    and (w.pool or w.key not in restored.restored)), group, strategy))
                 batches.update(group)
             states.update(grow(inventory.workloads, restored.restored, source.history, end_s=end,
                                history_s=args.history, strategy=strategy))

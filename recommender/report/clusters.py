@@ -171,7 +171,8 @@ def one_cluster(read: Read, fleet: Fleet, context: str) -> Read:
     """A many-cluster ``read`` (qualified namespaces) as one cluster's: plain namespaces in and out."""
     value = next(t.value for t in fleet.targets if t.context == context)
 
-    def history(namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+    def history(namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> Mapping[ContainerKey, UsageBatch]:
         return per_cluster(read([qualify(value, ns) for ns in namespaces], start_s, end_s), fleet)[context]
     return history
 
@@ -198,7 +199,7 @@ def _discover(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClie
     from recommender.report.discovery import Discovery, Filters
 
     filters = Filters(namespaces=tuple(args.namespace), selector=args.selector, kinds=tuple(args.kind),
-                      pool_label=args.pool_label)
+                      pool_label=args.pool_label, split_pools=False)
     out = {}
     for t in fleet.targets:
         progress.stage(f"listing workloads of {t.context}", total=None)

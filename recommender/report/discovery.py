@@ -8,7 +8,8 @@ takes), never one call per workload. It then keeps the top-level workloads (Jobs
 ReplicaSets owned by a Deployment or Rollout and pods with a controller are part of their owner), applies the
 kind and label-selector filters, and attaches each workload's running pods and the VPA that targets it (whose
 container policy the recommender follows; a VPA that cannot be served, or a second one for the same workload,
-is a warning).
+is a warning). A DaemonSet whose running pods are on two or more named node pools becomes one row per pool
+(``by_pool``), recommended from that pool's usage, as the recommender's per-pool values are.
 
 Failures become ``KubeError``s (``podtailor.kube.errors``): a 403 names the verb, resource, API group and
 scope that are missing. Three lists are optional: Rollouts and VPAs (404: the CRD is not installed, so there
@@ -19,7 +20,7 @@ and node pools and allocatable are unknown; namespace-scoped read-only roles oft
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,7 +35,7 @@ from podtailor.vpa import PLURAL as VPA_PLURAL
 from podtailor.vpa import VERSION as VPA_VERSION
 from recommender.kube.served import UnparsableVpa, VpaSpec, read_vpa
 from recommender.report import objects as ob
-from recommender.report.types import KINDS, Inventory, PodInfo, Workload, WorkloadKey
+from recommender.report.types import KINDS, Inventory, NodeInfo, PodInfo, Workload, WorkloadKey
 
 TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job", "ReplicaSet", "Rollout")
 ROLLOUT = ("argoproj.io", "v1alpha1", "rollouts")
@@ -53,6 +54,9 @@ class Filters:
     kinds: tuple[str, ...] = ()
     """Empty: every kind in ``KINDS``."""
     pool_label: str | None = None
+    split_pools: bool = True
+    """A DaemonSet on several node pools as one row per pool (``by_pool``); off over several clusters, whose
+    reads are not split by pool."""
 
 
 def _listings(api: client.ApiClient) -> dict[str, Listing]:
@@ -113,7 +117,7 @@ class Discovery:
                 progress(kind)
             extra = {"field_selector": "status.phase=Running"} if kind == "Pod" else {}
             raw[kind] = self.list(kind, filters.namespaces, **extra)
-        inventory = assemble(raw, requirements, kinds, filters.pool_label)
+        inventory = assemble(raw, requirements, kinds, filters.pool_label, split_pools=filters.split_pools)
         return replace(inventory, warnings=(*self.warnings, *inventory.warnings), api_requests=self.requests)
 
 
@@ -162,7 +166,7 @@ def _pods_by_workload(raw: dict[str, list[Obj]]) -> dict[WorkloadKey, list[PodIn
 
 
 def assemble(raw: dict[str, list[Obj]], requirements: list[tuple[str, str, frozenset[str]]],
-             kinds: frozenset[str], pool_label: str | None) -> Inventory:
+             kinds: frozenset[str], pool_label: str | None, *, split_pools: bool = True) -> Inventory:
     """The pure half of ``read``: raw items per kind -> Inventory (workloads filtered by kind and labels)."""
     pods = _pods_by_workload(raw)
     deployments = {(str(d["metadata"].get("namespace", "")), str(d["metadata"].get("name", ""))): d
@@ -183,6 +187,7 @@ def assemble(raw: dict[str, list[Obj]], requirements: list[tuple[str, str, froze
             if owners.top(pod)[0] == "Pod" and ob.matches(requirements, meta.get("labels") or {}):
                 workloads.append(_workload("Pod", pod, ob.template_spec("Pod", pod), [ob.pod_info(pod)]))
     nodes = {n.name: n for n in (ob.node_info(obj, pool_label) for obj in raw.get("Node", []))}
+    workloads = [row for w in workloads for row in (by_pool(w, nodes) if split_pools else [w])]
     hpas: dict[WorkloadKey, frozenset[str]] = defaultdict(frozenset)
     for obj in raw.get("HorizontalPodAutoscaler", []):
         found = ob.hpa_target(obj)
@@ -193,6 +198,18 @@ def assemble(raw: dict[str, list[Obj]], requirements: list[tuple[str, str, froze
     keys = {w.key for w in workloads}
     return Inventory(workloads=tuple(workloads), nodes=nodes, hpa_resources=dict(hpas), limit_ranges=ranges,
                      vpas={k: v for k, v in vpas.items() if k in keys}, warnings=warnings)
+
+
+def by_pool(workload: Workload, nodes: Mapping[str, NodeInfo]) -> list[Workload]:
+    """A DaemonSet whose running pods are on two or more named node pools as one row per pool (its pods there,
+    ``Workload.pool`` set: the recommender's per-pool values, ``recommender.pools``); anything else as it is."""
+    pools: dict[str, list[PodInfo]] = {}
+    for p in workload.pods:
+        pools.setdefault(nodes[p.node].pool if p.node in nodes else "", []).append(p)
+    if workload.kind != "DaemonSet" or len([p for p in pools if p]) < 2:
+        return [workload]
+    return [replace(workload, pods=tuple(members), replicas=len(members), pool=pool)
+            for pool, members in sorted(pools.items())]
 
 
 def vpas_by_workload(items: list[Obj]) -> tuple[dict[WorkloadKey, VpaSpec], tuple[str, ...]]:

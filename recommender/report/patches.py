@@ -61,6 +61,7 @@ class Skip(enum.StrEnum):
     MODE_OFF = "container policy mode Off"
     UNSUPPORTED_KIND = "kind takes no strategic-merge patch (a custom resource)"
     UNSAFE_NAME = "namespace or name is not a valid Kubernetes name"
+    PER_POOL = "a DaemonSet's row for one node pool: no one template value fits its pools"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +94,8 @@ def skip_reason(w: WorkloadReport) -> Skip | None:
     """Why ``w`` gets no patch (None: it gets one)."""
     if w.kind not in _POD_SPEC:
         return Skip.UNSUPPORTED_KIND
+    if w.pool_row:  # the updater and the webhook give each pod its own pool's value instead
+        return Skip.PER_POOL
     if not _LABEL.fullmatch(w.namespace) or len(w.name) > 253 or not _SUBDOMAIN.fullmatch(w.name):
         return Skip.UNSAFE_NAME
     if any(container_entry(c) is not None for c in w.containers):

@@ -87,6 +87,8 @@ class Workload:
     """From the pod template: native sidecars, regular containers, then plain init containers."""
     pods: tuple[PodInfo, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    pool: str = ""
+    """A DaemonSet's row for one node pool (its pods there, their usage, no checkpoint); "": the workload."""
 
     @property
     def key(self) -> WorkloadKey:
@@ -205,6 +207,8 @@ class WorkloadReport:
     default policy: no minAllowed/maxAllowed, cpu and memory, RequestsAndLimits)."""
     cluster: str = ""
     """The kube context the workload was read from, in a report over several clusters ("" in a report of one)."""
+    pool_row: bool = False
+    """A DaemonSet's row for one node pool (``discovery.by_pool``): its values are that pool's alone."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

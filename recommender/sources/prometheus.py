@@ -24,8 +24,7 @@ set, the throttled share over the hour, the OOM counter at hourly steps), a twel
 
 So requests = 1 + S x (4 + 3 C) + C x (scopes with an OOM counter above zero) + 2 x (chunks with an OOM
 kill), with S = scopes and C = chunks (4 C with remote read, plus its probe once per source), and no term in
-the number of workloads or pods. Without
-``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill), every counter at every step.
+the number of workloads or pods. Without ``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill).
 They go out in order, at most ``requests_in_flight`` at once (default 1:
 one at a time), each while the answer before it is decoded (``wire.Wire``), with the garbage collector paused
 for the pass (``wire.gc_paused``).
@@ -45,7 +44,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
@@ -155,8 +154,10 @@ class PrometheusSource:
             log.info("reading full-resolution history through remote read")
         return self._remote
 
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
-        """Usage with step timestamps in ``(start_s, end_s]``, keyed by workload container.
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> dict[ContainerKey, UsageBatch]:
+        """Usage with step timestamps in ``(start_s, end_s]``, keyed by workload container (and DaemonSet
+        pods by ``pools`` too, ``samples.build_batches``).
 
         For incremental passes call with ``start_s`` = the previous ``end_s``: the grid rule (``grid``) makes
         consecutive passes disjoint and gap-free. A step close to the wall clock may still miss its last
@@ -191,10 +192,11 @@ class PrometheusSource:
         self._report(dropped, {**summarized, **usage}, owners, {k for k in listed if k[0] not in failed})
         step = float(self.config.step_s)
         per_pod = self.plan.per_pod_memory
-        batches = build_batches(usage, owners, cpu_interval_s=step, memory_interval_s=step, per_pod_memory=per_pod)
+        batches = build_batches(usage, owners, cpu_interval_s=step, memory_interval_s=step, per_pod_memory=per_pod,
+                                pools=pools)
         if coarse is not None:
             summaries = build_batches(summarized, owners, cpu_interval_s=coarse.step_s,
-                                      memory_interval_s=coarse.step_s, per_pod_memory=per_pod)
+                                      memory_interval_s=coarse.step_s, per_pod_memory=per_pod, pools=pools)
             batches = with_summaries(batches, from_pass_start(summaries, coarse, first_s=grid.first_s), step_s=step)
         log.info("usage history read", extra={
             "namespaces": len(names), "scopes": len(scopes), "chunks": len(parts), "keys": len(batches),

@@ -10,7 +10,7 @@ ReplicaSet generations, under one ``ContainerKey``). A key with no sample at all
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -190,9 +190,11 @@ def _pool_by_pod(parts: list[tuple[int, Samples]]) -> tuple[Samples, PodIndex]:
 
 
 def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
-                  memory_interval_s: float, per_pod_memory: bool = False) -> dict[ContainerKey, UsageBatch]:
+                  memory_interval_s: float, per_pod_memory: bool = False,
+                  pools: Mapping[tuple[str, str], str] | None = None) -> dict[ContainerKey, UsageBatch]:
     """One batch per workload container that has at least one sample or OOM kill; pods pooled (with
-    ``per_pod_memory``, each memory sample's pod told too).
+    ``per_pod_memory``, each memory sample's pod told too). A DaemonSet pod named in ``pools`` ((namespace,
+    pod) -> node pool) also counts under its pool's key (``ContainerKey.pool``).
 
     Takes ``usage`` over and leaves it empty: each key's pod series are let go as soon as they are pooled,
     so a pass never holds the whole history twice (per pod and pooled)."""
@@ -202,6 +204,9 @@ def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_inte
         key = ContainerKey(namespace=namespace, workload_kind=workload.kind, workload_name=workload.name,
                            container=container)
         grouped.setdefault(key, []).append((pod, pod_usage))
+        pool = (pools or {}).get((namespace, pod)) if workload.kind == "DaemonSet" else None
+        if pool:
+            grouped.setdefault(replace(key, pool=pool), []).append((pod, pod_usage))
     usage.clear()
     out: dict[ContainerKey, UsageBatch] = {}
     for key in list(grouped):

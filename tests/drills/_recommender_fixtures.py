@@ -134,9 +134,10 @@ class SpySource:
         self.calls: list[tuple[tuple[str, ...], float, float]] = []
         self.results: list[dict[ContainerKey, UsageBatch]] = []
 
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> dict[ContainerKey, UsageBatch]:
         self.calls.append((tuple(namespaces), start_s, end_s))
-        out = self.inner.history(namespaces, start_s, end_s)
+        out = self.inner.history(namespaces, start_s, end_s, pools)
         self.results.append(out)
         return out
 

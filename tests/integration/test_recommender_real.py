@@ -87,9 +87,10 @@ class RecordingSource:
     def __init__(self, inner: PrometheusSource) -> None:
         self.inner, self.calls = inner, []  # type: ignore[var-annotated]
 
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> dict[ContainerKey, UsageBatch]:
         self.calls.append((tuple(namespaces), start_s, end_s))
-        return self.inner.history(namespaces, start_s, end_s)
+        return self.inner.history(namespaces, start_s, end_s, pools)
 
 
 def engine_for(api: client.ApiClient, prom: LocalPrometheus, strategy: str, ns: str,

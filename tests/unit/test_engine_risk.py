@@ -70,7 +70,8 @@ class Source:
     def __init__(self, names: Sequence[str], scales: Mapping[str, float] | None = None) -> None:
         self.names, self.scales = names, scales or {}
 
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> Mapping[ContainerKey, UsageBatch]:
         return {ContainerKey(namespace="ns", workload_kind="Deployment", workload_name=n, container="app"):
                 history(self.scales.get(n, 1.0)) for n in self.names}
 

@@ -70,7 +70,8 @@ class Store(StatusStore):
 class Source:
     """``test_engine_risk``'s history (x ``SCALES``), each sample read once: those in (start, end]."""
 
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> Mapping[ContainerKey, UsageBatch]:
         out = {}
         for n in namespaces:
             batch = history(SCALES[n])

@@ -89,6 +89,8 @@ def test_each_service_account_is_granted_what_its_component_needs() -> None:
     assert grants(rec, "create", "podtailor.io", "recommendercheckpoints")
     assert grants(rec, "patch", "podtailor.io", "recommendercheckpoints")
     assert grants(rec, "get", "apps", "deployments") and grants(rec, "list", "", "pods")
+    assert grants(rec, "patch", vpa, "verticalpodautoscalers"), "a DaemonSet's per-pool annotation"
+    assert grants(rec, "list", "", "nodes"), "the pool of a DaemonSet's pod"
     assert grants(upd, "patch", "", "pods/resize") and grants(upd, "create", "", "pods/eviction")
     assert grants(upd, "create", "", "events") and grants(upd, "list", "", "nodes")
     assert grants(upd, "create", "podtailor.io", "resizerollouts")

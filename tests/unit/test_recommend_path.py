@@ -98,7 +98,8 @@ class Store(StatusStore):
 
 
 class Source:
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> Mapping[ContainerKey, UsageBatch]:
+    def history(self, namespaces: Sequence[str], start_s: float, end_s: float,
+                pools: Mapping[tuple[str, str], str] | None = None) -> Mapping[ContainerKey, UsageBatch]:
         return BATCHES
 
 

@@ -119,7 +119,8 @@ class _Source:
     def __init__(self, *_: object, **__: object) -> None:
         self.request_count = 0
 
-    def history(self, namespaces: tuple[str, ...], start_s: float, end_s: float) -> dict[Any, Any]:
+    def history(self, namespaces: tuple[str, ...], start_s: float, end_s: float,
+                pools: object = None) -> dict[Any, Any]:
         from recommender.sources.errors import TemporarySourceError
 
         type(self).calls.append(tuple(namespaces))

@@ -1,13 +1,14 @@
 """Nodes, VPAs, HPAs and LimitRanges as the planner's values: one raw API dict in, one frozen value out. Owns the
 conversions the snapshot needs besides pods: a Node into ``NodeView`` (pool by ``podtailor.nodepool``, Ready and
-MemoryPressure from its conditions, allocatable, cordoned, the features it declares); a VerticalPodAutoscaler
-into ``WorkloadTarget`` (read by ``podtailor.vpa``: each container recommendation's target and bounds, a bound
-not written being the target, joined with the container's policy, the "*" policy as default; stale when our
-recommender's ``Stale`` condition is True; a VPA the base refuses, such as one with minAllowed above maxAllowed,
-is malformed); an autoscaling/v2 HPA into ``HpaView`` (the base's ``hpa_target`` with the workload identity the
-planner keys on); and a namespace's LimitRanges merged into one ``LimitRangeView`` (the base's ``limit_range``;
-Container type only, the tightest min, max and limit/request ratio win). Malformed content raises
-``MalformedObject``; the reader skips that object.
+MemoryPressure from its conditions, allocatable, cordoned, the features it declares); a VerticalPodAutoscaler into
+``WorkloadTarget`` (read by ``podtailor.vpa``: each container recommendation's target and bounds, a bound not
+written being the target, joined with the container's policy, the "*" policy as default; stale when our
+recommender's ``Stale`` condition is True; a DaemonSet's per-pool values from ``podtailor.poolrecs``, an unusable
+annotation refused whole with the reason kept in ``pool_problem``; a VPA the base refuses, such as one with
+minAllowed above maxAllowed, is malformed); an autoscaling/v2 HPA into ``HpaView`` (the base's ``hpa_target`` with
+the workload identity the planner keys on); and a namespace's LimitRanges merged into one ``LimitRangeView`` (the
+base's ``limit_range``; Container type only, the tightest min, max and limit/request ratio win). Malformed content
+raises ``MalformedObject``; the reader skips that object.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterable
 
 from podtailor.kube.fields import hpa_target
 from podtailor.nodepool import node_pool
+from podtailor.poolrecs import ANNOTATION as POOL_ANNOTATION
+from podtailor.poolrecs import PoolRecsError, decode
 from podtailor.resize.changes import limit_ranges_by_namespace
 from podtailor.resize.types import ContainerTarget, LimitRangeView
 from podtailor.vpa import RecommendedContainerResources, Vpa, VpaConfigError, parse_status, parse_vpa
@@ -66,10 +69,23 @@ def convert_vpa(obj: Obj, replicas: int) -> WorkloadTarget:
     except VpaConfigError as err:
         meta = obj.get("metadata") or {}
         raise MalformedObject(f"VPA {meta.get('namespace')}/{meta.get('name')}: {err}") from None
+    pools, problem = _pool_targets(vpa)
     return WorkloadTarget(namespace=vpa.namespace, workload_kind=vpa.target.kind, workload_name=vpa.target.name,
                           vpa_name=vpa.name, update_mode=vpa.update_mode,
                           containers={n: _container_target(r, vpa) for n, r in status.recommendations.items()},
-                          stale=status.stale, replicas=replicas)
+                          stale=status.stale, replicas=replicas, pools=pools, pool_problem=problem)
+
+
+def _pool_targets(vpa: Vpa) -> tuple[dict[str, dict[str, ContainerTarget]], str]:
+    """The per-pool annotation's targets (``podtailor.poolrecs.decode``), or none and why it was refused."""
+    if POOL_ANNOTATION not in vpa.annotations:
+        return {}, ""
+    try:
+        per_pool = decode(vpa.annotations[POOL_ANNOTATION])
+        return {pool: {n: _container_target(r, vpa) for n, r in recs.items()}
+                for pool, recs in per_pool.pools.items()}, ""
+    except (PoolRecsError, VpaConfigError) as err:
+        return {}, f"annotation {POOL_ANNOTATION} refused, the status value serves every pool: {err}"
 
 
 # ------------------------------------------------------------------------------------ HPAs, LimitRanges

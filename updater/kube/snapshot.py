@@ -269,7 +269,11 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]], version: ServerVersion,
     def target(obj: Obj) -> WorkloadTarget:
         key = target_key(obj)
         replicas = index.replicas_of(key)
-        return convert_vpa(obj, counts.get(key, 0) if replicas is None else replicas)
+        converted = convert_vpa(obj, counts.get(key, 0) if replicas is None else replicas)
+        if converted.pool_problem:
+            log.warning("per-pool values refused", extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}",
+                                                          "vpa": converted.vpa_name, "reason": converted.pool_problem})
+        return converted
 
     ready_endpoints = endpoint_readiness(raw.get("EndpointSlice", ()))
     observations = {obs.key: replace(obs, endpoint_ready=ready_endpoints[obs.uid]) if obs.uid in ready_endpoints

@@ -360,6 +360,7 @@ def _acted_on(pod: PodView, verdict: Verdict, proposal: Proposal | None) -> tupl
 def decide(pod: PodView, ctx: Context) -> tuple[PodDecision, Proposal | None]:
     """The pod's decision, and the proposal it was based on (None when the pod was skipped before it)."""
     target = ctx.targets.get(workload_key(pod))
+    target = None if target is None else target.for_pool(pod.pool)  # a DaemonSet's pod: its own pool's value
     boosted = still_boosted(pod)  # the boost annotation parsed once per decision
     verdict = _pod_checks(pod, target, ctx, boosted)
     proposal: Proposal | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podtailor.resize.types import (
     DEFAULT_CHANGE_THRESHOLD,
@@ -100,6 +100,16 @@ class WorkloadTarget:
     stale: bool = False
     """The recommender marked it stale (no fresh data): never act on a decrease."""
     replicas: int = 1
+    pools: Mapping[str, Mapping[str, ContainerTarget]] = field(default_factory=dict)
+    """A DaemonSet's per-pool values (``podtailor.poolrecs``): pool -> container -> target."""
+    pool_problem: str = ""
+    """Why the VPA's per-pool annotation was refused ("" when absent or usable): every pod gets ``containers``."""
+
+    def for_pool(self, pool: str) -> WorkloadTarget:
+        """The target of a pod on ``pool``: that pool's value per container where it has one, else the status
+        value (``podtailor.poolrecs.target_for``)."""
+        own = self.pools.get(pool)
+        return self if not own else replace(self, containers={**self.containers, **own})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,8 @@ server. A pod's workload comes from its controller owner reference through the u
 ReplicaSet created after the last list is mapped by its ``pod-template-hash``; a Job created after it, by the
 CronJob naming rule ``<cronjob>-<minutes>``). A VPA that cannot be read is remembered with its error, so its
 pods get a warning instead of a guess; two VPAs for one workload: the first by name wins (and it is logged).
+When a VPA carries a DaemonSet's per-pool values (``podtailor.poolrecs``), the Nodes are listed too, so a new
+pod gets the value of its node's pool.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 from podtailor.kube.fields import limit_range
 from podtailor.kube.listing import Listing, list_raw
+from podtailor.nodepool import node_pool
+from podtailor.poolrecs import ANNOTATION as POOL_ANNOTATION
 from podtailor.resize.changes import Constraints
 from podtailor.resize.types import LimitRangeView
 from podtailor.vpa import target_key
@@ -57,6 +61,8 @@ class TargetSnapshot:
     """Namespace -> its ResourceQuotas with compute limits."""
     counts: Mapping[str, int] = field(default_factory=dict)
     """Objects listed per kind (for the metrics)."""
+    node_pools: Mapping[str, str] = field(default_factory=dict)
+    """Node -> pool, listed only when some target has per-pool values (a DaemonSet's)."""
 
     def workload(self, namespace: str, meta: Mapping[str, Any]) -> tuple[str, str]:
         refs = meta.get("ownerReferences") or []
@@ -74,8 +80,10 @@ class TargetSnapshot:
         key = (namespace, kind, name)
         cons = Constraints(limit_range=self.limit_ranges.get(namespace),
                            hpa_resources=self.hpa_resources.get(key, frozenset()))
-        return Resolution(workload_kind=kind, workload_name=name, target=self.targets.get(key),
-                          error=self.broken.get(key, ""), constraints=cons, quotas=self.quotas.get(namespace, ()))
+        target = self.targets.get(key)
+        return Resolution(workload_kind=kind, workload_name=name, target=target,
+                          error=self.broken.get(key, ""), constraints=cons, quotas=self.quotas.get(namespace, ()),
+                          node_pools=self.node_pools if target is not None and target.pools else {})
 
 
 def _vpas(objs: Iterable[Obj]) -> tuple[dict[WorkloadKey, WorkloadTarget], dict[WorkloadKey, str]]:
@@ -90,6 +98,9 @@ def _vpas(objs: Iterable[Obj]) -> tuple[dict[WorkloadKey, WorkloadTarget], dict[
             continue
         try:
             targets[key] = convert_vpa(obj, replicas=0)
+            if targets[key].pool_problem:
+                log.warning("per-pool values refused", extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}",
+                                                              "reason": targets[key].pool_problem})
         except _READ_ERRORS as err:
             log.warning("unreadable VPA; its pods are admitted unchanged",
                         extra={"namespace": key[0], "workload": f"{key[1]}/{key[2]}", "error": str(err)})
@@ -107,8 +118,9 @@ def _convert(kind: str, objs: Iterable[Obj], convert: Callable[[Obj], Any]) -> l
     return out
 
 
-def build_snapshot(raw: Mapping[str, Sequence[Obj]]) -> TargetSnapshot:
-    """Raw items per kind (see KINDS) -> lookups (pure apart from warnings)."""
+def build_snapshot(raw: Mapping[str, Sequence[Obj]], pool_label: str = "") -> TargetSnapshot:
+    """Raw items per kind (see KINDS, and Nodes when a target has per-pool values) -> lookups (pure apart from
+    warnings); ``pool_label``: the node label naming pools ("": the common keys, as the updater reads them)."""
     index = WorkloadIndex()
     index.add("ReplicaSet", raw.get("ReplicaSet", ()))
     index.add("Job", raw.get("Job", ()))
@@ -124,6 +136,9 @@ def build_snapshot(raw: Mapping[str, Sequence[Obj]]) -> TargetSnapshot:
                           hpa_resources={(h.namespace, h.workload_kind, h.workload_name): h.utilization_resources
                                          for h in hpas},
                           quotas={ns: tuple(qs) for ns, qs in quotas.items()},
+                          node_pools={str((n.get("metadata") or {}).get("name", "")): node_pool(
+                              (n.get("metadata") or {}).get("labels") or {}, pool_label or None)
+                              for n in raw.get("Node", ())},
                           counts={kind: len(raw.get(kind, ())) for kind in KINDS})
 
 
@@ -151,8 +166,8 @@ class TargetCache:
     recommender's first target for a new workload) was up to one resync (15 s by default) away from the cache,
     and that pod was admitted without a mutation, counted as ``no-vpa`` or ``no-recommendation``."""
 
-    def __init__(self, listings: Mapping[str, Listing]) -> None:
-        self.listings = listings
+    def __init__(self, listings: Mapping[str, Listing], pool_label: str = "") -> None:
+        self.listings, self.pool_label = listings, pool_label
         self.snapshot = TargetSnapshot()
         self.synced_monotonic: float | None = None
         self.changed = threading.Event()
@@ -190,7 +205,10 @@ class TargetCache:
             raw: dict[str, list[Obj]] = {"VerticalPodAutoscaler": self._vpas()}
             for kind, namespaces in needed_namespaces(raw["VerticalPodAutoscaler"]).items():
                 raw[kind] = self._list(kind, namespaces)
-            snapshot = build_snapshot(raw)
+            if any(POOL_ANNOTATION in ((o.get("metadata") or {}).get("annotations") or {})
+                   for o in raw["VerticalPodAutoscaler"]):
+                raw["Node"] = list_raw(self.listings["Node"])
+            snapshot = build_snapshot(raw, self.pool_label)
             self.snapshot, self.synced_monotonic = snapshot, time.monotonic()
             return snapshot
 

@@ -42,6 +42,8 @@ def add_webhook_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_kube_flags(p)
     add_logging_flags(p)
+    p.add_argument("--pool-label", default="", metavar="KEY",
+                   help="node label naming the pool of a DaemonSet's per-pool values (default: the common keys)")
     g = p.add_argument_group("Serving")
     g.add_argument("--listen", default="0.0.0.0:9443", metavar="HOST:PORT",
                    help="HTTPS address of /mutate, /healthz, /readyz and /metrics (default: %(default)s)")
@@ -118,7 +120,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, CollectorRegistry, Any]:
                                 excluded_namespaces=tuple(args.exclude_namespace),
                                 only_namespaces=tuple(args.only_namespace))
     registry = CollectorRegistry()
-    cache = TargetCache(ClusterReader(api).listings)
+    cache = TargetCache(ClusterReader(api).listings, pool_label=args.pool_label)
     maintainer = Maintainer(cache=cache, keeper=keeper, registrar=Registrar(api) if args.register else None,
                             registration=registration, metrics=WebhookMetrics(registry), health=WebhookReadiness())
     return maintainer, keeper, registry, cache

@@ -212,3 +212,12 @@ class Resolution:
     constraints: Constraints = field(default_factory=Constraints)
     quotas: tuple[QuotaView, ...] = ()
     """The namespace's ResourceQuotas with compute limits."""
+    node_pools: Mapping[str, str] = field(default_factory=dict)
+    """Node -> pool (``podtailor.nodepool``), listed only when the target has per-pool values (a DaemonSet's)."""
+
+    def target_on(self, node: str | None) -> WorkloadTarget | None:
+        """The target of a new pod bound for ``node``: its pool's value where the target has one
+        (``WorkloadTarget.for_pool``), else the status value (also when the node is not known)."""
+        if self.target is None or node is None or node not in self.node_pools:
+            return self.target
+        return self.target.for_pool(self.node_pools[node])

@@ -166,7 +166,27 @@ def _decide(request: Mapping[str, Any], resolver: Resolver) -> tuple[AdmissionDe
         views = pod_resources(pod.get("spec") or {}, where)
     except MalformedObject as err:
         return AdmissionDecision(outcome=Outcome.MALFORMED, message=f"podtailor: {err}"), pod
-    return decide(views, resolution.target, resolution.constraints, resolution.quotas), pod
+    target = resolution.target_on(pod_node(pod.get("spec") or {}))
+    return decide(views, target, resolution.constraints, resolution.quotas), pod
+
+
+def pod_node(spec: Mapping[str, Any]) -> str | None:
+    """The node a new pod is bound for: ``spec.nodeName``, else the one node a DaemonSet pod's required node
+    affinity names (the DaemonSet controller's ``matchFields`` on ``metadata.name``, set by
+    ``ReplaceDaemonSetPodNodeNameNodeAffinity`` in ``pkg/controller/daemon/util/daemonset_util.go``); None
+    when neither says."""
+    if isinstance(spec.get("nodeName"), str) and spec["nodeName"]:
+        return str(spec["nodeName"])
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    for term in terms if isinstance(terms, list) else ():
+        for field in (term.get("matchFields") or ()) if isinstance(term, Mapping) else ():
+            values = field.get("values") if isinstance(field, Mapping) else None
+            if (field.get("key"), field.get("operator")) == ("metadata.name", "In") and isinstance(values, list) \
+                    and len(values) == 1 and isinstance(values[0], str):
+                return values[0]
+    return None
 
 
 def gate_patch(pod: Mapping[str, Any]) -> list[Obj]:
