@@ -194,13 +194,14 @@ _STORE_OWN_FLAGS = ("prometheus_bearer_token_file", "prometheus_username", "prom
                     "prometheus_insecure_skip_verify")
 
 
-def check_found_store_flags(args: argparse.Namespace, *, many: bool) -> None:
+def check_found_store_flags(args: argparse.Namespace, *, many: bool = False) -> None:
     """Without ``--prometheus-url`` the store is found by its Service and reached through the API server's
     service proxy with the kubeconfig's credentials: the store's own auth and TLS flags have no use there,
-    and several contexts (one store for all) need its URL. UsageError, before anything is contacted."""
+    and ``many`` (backtest over several contexts, which reads one store for all) needs its URL. UsageError,
+    before anything is contacted."""
     if many:
-        raise UsageError("several contexts read one store: give --prometheus-url (without it the store is found "
-                         "through one API server's service proxy, which reaches that cluster's store only)")
+        raise UsageError("backtest over several contexts reads one store: give --prometheus-url (without it the "
+                         "store is found through one API server's service proxy, which reaches that cluster's only)")
     given = [f"--{name.replace('_', '-')}" for name in _STORE_OWN_FLAGS if getattr(args, name, None)]
     if given:
         raise UsageError(f"{', '.join(given)} need --prometheus-url: without it the store is reached through the "

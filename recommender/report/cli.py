@@ -212,9 +212,10 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
             **({} if args.risk_budget is None else {"riskBudget": budget_text(args.risk_budget)})}
 
 
-def _prepare(args: argparse.Namespace, many: bool) -> tuple[PriceSheet, Strategy, PrometheusConfig | None, ApiClient]:
+def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, PrometheusConfig | None, ApiClient]:
     """Everything that can fail on bad input, before anything is contacted: (prices, strategy, prom, api); prom
-    is None without --prometheus-url: the store is then found through the API server (``found_store``)."""
+    is None without --prometheus-url: the store is then found through the API server (``found_store``; for
+    several contexts, each cluster's own, ``clusters.collect``)."""
     from recommender.report.objects import SelectorError, parse_selector
     from recommender.report.pricing import PriceError, PriceSheet, load_sheet
 
@@ -227,7 +228,7 @@ def _prepare(args: argparse.Namespace, many: bool) -> tuple[PriceSheet, Strategy
     except (SelectorError, PriceError) as err:
         raise UsageError(str(err)) from None
     if not args.prometheus_url:
-        check_found_store_flags(args, many=many)
+        check_found_store_flags(args)
     return prices, build_strategy(args), prometheus_config(args) if args.prometheus_url else None, kube_client(args)
 
 
@@ -262,17 +263,19 @@ def run_report(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         fleet, args = clusters.read_flags(args)
-        prices, strategy, found, api = _prepare(args, fleet is not None)
+        prices, strategy, found, api = _prepare(args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(not args.no_progress)
     with closing(api), progress.running():
-        prom = found if found is not None else found_store(args, api)
-        if isinstance(prom, int):
-            return prom
-        code, report = (_collect(args, prices, strategy, prom, api, progress) if fleet is None
-                        else clusters.collect(args, fleet, api, prices, strategy, prom, progress))
+        if fleet is not None:
+            code, report = clusters.collect(args, fleet, api, prices, strategy, found, progress)
+        else:
+            prom = found if found is not None else found_store(args, api)
+            if isinstance(prom, int):
+                return prom
+            code, report = _collect(args, prices, strategy, prom, api, progress)
     if report is None:
         return code
     failed = _write_patches(report, args.output_dir) if args.output == patches.FORMAT else _print(report, args)

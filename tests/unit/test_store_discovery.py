@@ -250,5 +250,5 @@ def test_the_stores_own_auth_flags_and_several_contexts_need_the_url() -> None:
     check_found_store_flags(plain, many=False)
     with pytest.raises(UsageError, match="--prometheus-bearer-token-file need --prometheus-url"):
         check_found_store_flags(argparse.Namespace(prometheus_bearer_token_file="t"), many=False)
-    with pytest.raises(UsageError, match="several contexts read one store: give --prometheus-url"):
+    with pytest.raises(UsageError, match="backtest over several contexts reads one store: give --prometheus-url"):
         check_found_store_flags(plain, many=True)
