@@ -4,7 +4,7 @@ kubeconfig's credentials, against a scripted API server on 127.0.0.1.
 The scripted server answers the Service list the way the API server does and, under the service-proxy path,
 the way a Prometheus does; it records every request's path and Authorization header. A real proxy cannot be
 exercised here (the API server refuses to proxy to a Service without pod endpoints, and the only endpoints we
-may send traffic to are on 127.0.0.1: tests/integration/test_store_discovery.py says why), so this test shows
+may send traffic to are on 127.0.0.1: tests/integration/test_store_discovery_real.py says why), so this test shows
 the client's half: what it sends, and where.
 """
 
