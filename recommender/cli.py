@@ -194,14 +194,10 @@ _STORE_OWN_FLAGS = ("prometheus_bearer_token_file", "prometheus_username", "prom
                     "prometheus_insecure_skip_verify")
 
 
-def check_found_store_flags(args: argparse.Namespace, *, many: bool = False) -> None:
+def check_found_store_flags(args: argparse.Namespace) -> None:
     """Without ``--prometheus-url`` the store is found by its Service and reached through the API server's
-    service proxy with the kubeconfig's credentials: the store's own auth and TLS flags have no use there,
-    and ``many`` (backtest over several contexts, which reads one store for all) needs its URL. UsageError,
-    before anything is contacted."""
-    if many:
-        raise UsageError("backtest over several contexts reads one store: give --prometheus-url (without it the "
-                         "store is found through one API server's service proxy, which reaches that cluster's only)")
+    service proxy with the kubeconfig's credentials: the store's own auth and TLS flags have no use there.
+    UsageError, before anything is contacted."""
     given = [f"--{name.replace('_', '-')}" for name in _STORE_OWN_FLAGS if getattr(args, name, None)]
     if given:
         raise UsageError(f"{', '.join(given)} need --prometheus-url: without it the store is reached through the "

@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ from recommender.model.registry import STRATEGIES, get_strategy
 from recommender.report import clusters
 
 if TYPE_CHECKING:
-    from recommender.sources.config import PrometheusConfig
+    from recommender.report.fleet_stores import Source
 
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
@@ -213,39 +213,50 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     return None if args.trace is not None else "a trace file (or --prometheus) is required"
 
 
-def _store(args: argparse.Namespace, many: bool) -> PrometheusConfig | int:
-    """``--prometheus-url``'s config; without it, the store found by its Service through the kubeconfig's API
-    server (``recommender.cli.found_store``), or the exit code when it was not found (the reason on stderr)."""
+def _source(args: argparse.Namespace, fleet: clusters.Fleet | None) -> Source | int:
+    """Where the history is read: ``--prometheus-url``'s store (over several contexts, split by the cluster
+    label); without it the store found by its Service through the API server (``recommender.cli.found_store``),
+    over several contexts each context's own (``clusters.stores``, ``fleet_stores.OwnStores``). Or the exit
+    code when a store was not found or an API server failed (the reason on stderr)."""
+    from podtailor.kube.errors import KubeError
     from podtailor.runtime.cli import kube_client
     from recommender.cli import check_found_store_flags, found_store, prometheus_config
+    from recommender.model.types import HistoryPlan
+    from recommender.report.fleet_stores import OwnStores, SharedStore, source_of
 
     if args.prometheus_url:
-        return prometheus_config(args)
-    check_found_store_flags(args, many=many)
-    with closing(kube_client(args)) as api:
-        return found_store(args, api)
+        config = prometheus_config(args)
+        return source_of(config, HistoryPlan()) if fleet is None else SharedStore(config, fleet, HistoryPlan())
+    check_found_store_flags(args)
+    if fleet is None:
+        with closing(kube_client(args)) as api:
+            found = found_store(args, api)
+        return found if isinstance(found, int) else source_of(found, HistoryPlan())
+    with ExitStack() as apis:
+        try:
+            each = {t.context: apis.enter_context(closing(kube_client(argparse.Namespace(
+                **{**vars(args), "context": t.context})))) for t in fleet.targets}
+            return OwnStores.found(clusters.stores(args, fleet, each), fleet, HistoryPlan())
+        except KubeError as err:
+            print(f"error: Kubernetes API: {err}", file=sys.stderr)
+            return 1
 
 
 def _from_prometheus(args: argparse.Namespace, specs: list[StrategySpec], cfg: ReplayConfig) -> BacktestResult | int:
     """The cluster's own history: one read of every namespace, then the same replay as a trace's series.
     Raises SourceError when Prometheus cannot be read (exit 1) and UsageError for bad flags (exit 2); an exit
     code when the store was to be found and was not (said on stderr)."""
-    from prometheus_client import CollectorRegistry
-
     from recommender.sources.clusters import qualify
-    from recommender.sources.prometheus import PrometheusSource
 
     fleet, args = clusters.read_flags(args)
-    config, names = _store(args, fleet is not None), sorted(set(args.namespace))
-    if isinstance(config, int):
-        return config
+    source, names = _source(args, fleet), sorted(set(args.namespace))
+    if isinstance(source, int):
+        return source
     if fleet is not None:
-        config = replace(config, cluster_label=fleet.label, many_clusters=True)
         names = [qualify(t.value, ns) for t in fleet.targets for ns in names]
-    source = PrometheusSource(config, registry=CollectorRegistry())
     try:
         end = time.time()
-        history = source.history(names, end - args.history, end)
+        history = dict(source.history(names, end - args.history, end))
     finally:
         source.close()
     if fleet is not None:  # each cluster's series under context/namespace

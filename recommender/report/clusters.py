@@ -7,7 +7,7 @@ before anything is contacted), and ``collect``: each cluster's workloads listed 
 every cluster's history read from the one store in the same batched requests as one cluster's
 (``PrometheusConfig.many_clusters``: each query matches all the cluster values at once and is split by the
 cluster label), or without ``--prometheus-url`` from each cluster's own store, found through its own API server
-(``_stores``, ``fleet_stores.OwnStores``), split back per cluster, and each cluster recommended for as its own
+(``stores``, ``fleet_stores.OwnStores``), split back per cluster, and each cluster recommended for as its own
 recommender would (its fleet is its own containers). Each cluster's RecommenderCheckpoints are read from its own
 API server, as the one-cluster report reads them (``checkpoints.restoring``; a cluster without the CRD or the
 permission warns once, named by its context, and starts from fresh state), and a workload restored from one is
@@ -269,7 +269,7 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices
             prom: PrometheusConfig | None, progress: Progress) -> tuple[int, Report | None]:
     """The ``report`` command's work over a fleet (``cli._collect`` for one cluster); the clients it makes for
     the contexts after the first are closed here, ``first_api`` by the caller. ``prom`` None: each cluster's
-    store is found through its own API server (``_stores``)."""
+    store is found through its own API server (``stores``)."""
     from podtailor.kube.errors import KubeError
     from recommender.report import cli, patches
 
@@ -280,7 +280,7 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices
     try:
         for t in fleet.targets[1:]:
             apis[t.context] = kube_client(argparse.Namespace(**{**vars(args), "context": t.context}))
-        stores = _stores(args, fleet, apis) if prom is None else prom
+        found = stores(args, fleet, apis) if prom is None else prom
         inventories, restored = _checkpoints(args, fleet, apis, _discover(args, fleet, apis, progress), strategy)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -296,10 +296,10 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices
         print(f"error: empty result: no workload matched in any of the contexts {', '.join(inventories)}",
               file=sys.stderr)
         return cli.EXIT_EMPTY, None
-    return _read_and_build(args, fleet, inventories, restored, prices, strategy, stores, progress)
+    return _read_and_build(args, fleet, inventories, restored, prices, strategy, found, progress)
 
 
-def _stores(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClient]) -> dict[str, PrometheusConfig]:
+def stores(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClient]) -> dict[str, PrometheusConfig]:
     """Each cluster's own store, found by its Service through its own API server (``store_service``), with
     ``--cluster-label`` (when given) matched to the cluster's value; errors name the context."""
     from podtailor.kube.errors import KubeError

@@ -30,11 +30,13 @@ class Source(Protocol):
 
     @property
     def request_count(self) -> int: ...
-    def history(self, namespaces: Sequence[str], start_s: float, end_s: float) -> dict[ContainerKey, UsageBatch]: ...
+    def history(self, namespaces: Sequence[str], start_s: float,
+                end_s: float) -> Mapping[ContainerKey, UsageBatch]: ...
     def close(self) -> None: ...
 
 
-def _source(config: PrometheusConfig, plan: HistoryPlan) -> Source:
+def source_of(config: PrometheusConfig, plan: HistoryPlan) -> Source:
+    """A ``PrometheusSource`` over ``config`` with its own metrics registry."""
     from prometheus_client import CollectorRegistry
 
     from recommender.sources.prometheus import PrometheusSource
@@ -48,7 +50,7 @@ class SharedStore:
     def __init__(self, config: PrometheusConfig, fleet: Fleet, plan: HistoryPlan) -> None:
         self.fleet = fleet
         self.where = config.base_url
-        self.source = _source(replace(config, cluster_label=fleet.label, many_clusters=True), plan)
+        self.source = source_of(replace(config, cluster_label=fleet.label, many_clusters=True), plan)
 
     @property
     def request_count(self) -> int:
@@ -79,7 +81,7 @@ class OwnStores:
     def found(cls, configs: Mapping[str, PrometheusConfig], fleet: Fleet, plan: HistoryPlan) -> OwnStores:
         """A source per cluster over the configs found through each API server (``store_service``)."""
         where = "; ".join(f"{context}: {config.base_url}" for context, config in configs.items())
-        return cls({context: _source(config, plan) for context, config in configs.items()}, fleet, where)
+        return cls({context: source_of(config, plan) for context, config in configs.items()}, fleet, where)
 
     @property
     def request_count(self) -> int:

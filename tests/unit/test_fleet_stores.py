@@ -74,3 +74,18 @@ def test_without_a_url_each_contexts_api_server_is_asked_for_its_store(
                               "unreachable" in out.err
     assert run_report(parse("--kubeconfig", cfg, "--all-contexts", "--prometheus-ca-file", "ca.pem")) == 2
     assert "--prometheus-ca-file need --prometheus-url" in capsys.readouterr().err
+
+
+def test_backtest_over_several_contexts_without_a_url_asks_each_api_server_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from recommender.backtest.cli import add_backtest_parser, run_backtest
+
+    parser = argparse.ArgumentParser()
+    add_backtest_parser(parser.add_subparsers(dest="command"))
+    cfg = str(two_context_kubeconfig(tmp_path))
+    args = parser.parse_args(["backtest", "--prometheus", "-n", "shop", "--kubeconfig", cfg, "--all-contexts"])
+    assert run_backtest(args) == 1
+    assert "context eu: finding the metrics store: list services cluster-wide: API server unreachable" in \
+        capsys.readouterr().err

@@ -245,10 +245,7 @@ def test_the_proxied_config_carries_the_kube_clients_tls_and_reads_its_token_per
         PrometheusConfig(url="https://k8s", auth_headers=dict, basic_auth_username="u", basic_auth_password="p")
 
 
-def test_the_stores_own_auth_flags_and_several_contexts_need_the_url() -> None:
-    plain = argparse.Namespace(prometheus_bearer_token_file=None, prometheus_ca_file=None)
-    check_found_store_flags(plain, many=False)
+def test_the_stores_own_auth_flags_need_the_url() -> None:
+    check_found_store_flags(argparse.Namespace(prometheus_bearer_token_file=None, prometheus_ca_file=None))
     with pytest.raises(UsageError, match="--prometheus-bearer-token-file need --prometheus-url"):
-        check_found_store_flags(argparse.Namespace(prometheus_bearer_token_file="t"), many=False)
-    with pytest.raises(UsageError, match="backtest over several contexts reads one store: give --prometheus-url"):
-        check_found_store_flags(plain, many=True)
+        check_found_store_flags(argparse.Namespace(prometheus_bearer_token_file="t"))
