@@ -57,7 +57,7 @@ class Target:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fleet:
-    """Several clusters read from one store."""
+    """Several clusters in one report: read from one store, or each from its own."""
 
     label: str | None
     """The label telling their series apart (``--cluster-label``); None only when each cluster's own store is
