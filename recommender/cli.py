@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,10 @@ def add_prometheus_flags(p: argparse.ArgumentParser, required: bool = True, *, p
     """The Prometheus group; ``plan`` adds ``--full-resolution`` (commands that run one strategy)."""
     g = p.add_argument_group("Prometheus (or Thanos, Mimir, VictoriaMetrics)")
     g.add_argument("--prometheus-url", required=required, help="base URL with any path prefix, e.g. "
-                   "http://prometheus.monitoring:9090 or https://mimir.example/prometheus")
+                   "http://prometheus.monitoring:9090 or https://mimir.example/prometheus"
+                   + ("" if required else "; report and backtest --prometheus without it: the store found by its "
+                      "Service's labels and reached through the API server's service proxy with the kubeconfig's "
+                      "credentials (docs/commands.md)"))
     g.add_argument("--prometheus-bearer-token-file", type=Path, help="file with a bearer token (re-read per request)")
     g.add_argument("--prometheus-username", help="basic-auth user (password from --prometheus-password-file)")
     g.add_argument("--prometheus-password-file", type=Path, help="file holding the basic-auth password")
@@ -165,7 +169,8 @@ def _headers(items: list[str]) -> dict[str, str]:
     return out
 
 
-def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
+def prometheus_config(args: argparse.Namespace, url: str | None = None) -> PrometheusConfig:
+    """The flags' ``PrometheusConfig``; ``url`` (a found store's) instead of ``--prometheus-url``."""
     password = None
     if args.prometheus_password_file:
         try:
@@ -173,7 +178,7 @@ def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
         except OSError as err:
             raise UsageError(f"cannot read --prometheus-password-file: {err}") from None
     kwargs: dict[str, Any] = dict(
-        url=args.prometheus_url, bearer_token_file=args.prometheus_bearer_token_file,
+        url=url or args.prometheus_url, bearer_token_file=args.prometheus_bearer_token_file,
         basic_auth_username=args.prometheus_username, basic_auth_password=password,
         ca_file=args.prometheus_ca_file, client_cert_file=args.prometheus_client_cert,
         client_key_file=args.prometheus_client_key, insecure_skip_verify=args.prometheus_insecure_skip_verify,
@@ -185,6 +190,39 @@ def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
         return PrometheusConfig(**kwargs)
     except ValueError as err:
         raise UsageError(f"bad Prometheus settings: {err}") from None
+
+
+_STORE_OWN_FLAGS = ("prometheus_bearer_token_file", "prometheus_username", "prometheus_password_file",
+                    "prometheus_ca_file", "prometheus_client_cert", "prometheus_client_key",
+                    "prometheus_insecure_skip_verify")
+
+
+def check_found_store_flags(args: argparse.Namespace) -> None:
+    """Without ``--prometheus-url`` the store is found by its Service and reached through the API server's
+    service proxy with the kubeconfig's credentials: the store's own auth and TLS flags have no use there.
+    UsageError, before anything is contacted."""
+    given = [f"--{name.replace('_', '-')}" for name in _STORE_OWN_FLAGS if getattr(args, name, None)]
+    if given:
+        raise UsageError(f"{', '.join(given)} need --prometheus-url: without it the store is reached through the "
+                         "API server's service proxy with the kubeconfig's credentials")
+
+
+def found_store(args: argparse.Namespace, api: Any) -> PrometheusConfig | int:
+    """The config of the store found by its Service through ``api`` (an ``ApiClient``), the flags' settings
+    kept (``store_service.store_config``), or the exit code with the reason on stderr: 2 when none was found
+    or Services cannot be listed (the message names --prometheus-url), 1 when the API server fails."""
+    from podtailor.kube.errors import KubeError
+    from recommender.kube.store_service import store_config
+
+    hint = tuple(getattr(args, "namespace", None) or ())
+    try:
+        return store_config(api, hint, lambda url: prometheus_config(args, url=url))
+    except UsageError as err:  # store_service.StoreNotFound among them
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KubeError as err:
+        print(f"error: Kubernetes API, finding the metrics store: {err}", file=sys.stderr)
+        return 1
 
 
 def history_plan(args: argparse.Namespace, strategy: Strategy) -> HistoryPlan:

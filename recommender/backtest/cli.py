@@ -24,9 +24,10 @@ import math
 import os
 import sys
 import time
+from contextlib import ExitStack, closing
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podtailor.runtime.cli import console, duration_s
 from recommender.backtest import sweep_report
@@ -47,6 +48,9 @@ from recommender.cli import add_budget_flag, add_prometheus_flags
 from recommender.model.registry import STRATEGIES, get_strategy
 from recommender.report import clusters
 
+if TYPE_CHECKING:
+    from recommender.report.fleet_stores import Source
+
 DESCRIPTION = """\
 Replay usage history online: every hour each strategy recommends from the past only, and its recommendation
 becomes the request and limit until the next one. Scores CPU and memory slack, OOM-equivalents, CPU minutes
@@ -59,7 +63,8 @@ Normalized columns (cpu_frac, mem_frac) are multiplied by the provisioned column
 by --cpu-scale / --memory-scale, which are then required (the machine size the fractions are of).
 --memory-column none reads a CPU-only trace. Memory readings of 0 are treated as missing.
 
-With --prometheus (and --prometheus-url, -n, --history) the cluster's own usage history is replayed instead:
+With --prometheus (and -n, --history, and --prometheus-url or the store found by its Service through the API
+server, as report finds it) the cluster's own usage history is replayed instead:
 one series per workload container, as the recommender reads it. A workload's replicas share each timestamp,
 so it is replayed as its busiest replica there (the max over pods): the one that decides OOM kills and CPU
 time over the request.
@@ -74,7 +79,7 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="?", type=Path, help="trace CSV or CSV.gz")
     p.add_argument("--prometheus", action="store_true",
                    help="replay the cluster's own usage history from Prometheus instead of a trace file "
-                        "(needs --prometheus-url and -n)")
+                        "(needs -n; without --prometheus-url the store is found through the API server)")
     p.add_argument("--strategies", default=None,
                    help=f"comma-separated strategy names (default {','.join(STRATEGIES)}; "
                         "oracle always added, oracle-budget with vpa)")
@@ -200,8 +205,6 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     if args.prometheus:
         if args.trace is not None:
             return "give either a trace file or --prometheus, not both"
-        if not args.prometheus_url:
-            return "--prometheus needs --prometheus-url"
         if not args.namespace:
             return "--prometheus needs at least one -n NAMESPACE"
         if not args.history > 0:
@@ -210,24 +213,50 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     return None if args.trace is not None else "a trace file (or --prometheus) is required"
 
 
-def _from_prometheus(args: argparse.Namespace, specs: list[StrategySpec], cfg: ReplayConfig) -> BacktestResult:
-    """The cluster's own history: one read of every namespace, then the same replay as a trace's series.
-    Raises SourceError when Prometheus cannot be read (exit 1) and UsageError for bad flags (exit 2)."""
-    from prometheus_client import CollectorRegistry
+def _source(args: argparse.Namespace, fleet: clusters.Fleet | None) -> Source | int:
+    """Where the history is read: ``--prometheus-url``'s store (over several contexts, split by the cluster
+    label); without it the store found by its Service through the API server (``recommender.cli.found_store``),
+    over several contexts each context's own (``clusters.stores``, ``fleet_stores.OwnStores``). Or the exit
+    code when a store was not found or an API server failed (the reason on stderr)."""
+    from podtailor.kube.errors import KubeError
+    from podtailor.runtime.cli import kube_client
+    from recommender.cli import check_found_store_flags, found_store, prometheus_config
+    from recommender.model.types import HistoryPlan
+    from recommender.report.fleet_stores import OwnStores, SharedStore, source_of
 
-    from recommender.cli import prometheus_config
+    if args.prometheus_url:
+        config = prometheus_config(args)
+        return source_of(config, HistoryPlan()) if fleet is None else SharedStore(config, fleet, HistoryPlan())
+    check_found_store_flags(args)
+    if fleet is None:
+        with closing(kube_client(args)) as api:
+            found = found_store(args, api)
+        return found if isinstance(found, int) else source_of(found, HistoryPlan())
+    with ExitStack() as apis:
+        try:
+            each = {t.context: apis.enter_context(closing(kube_client(argparse.Namespace(
+                **{**vars(args), "context": t.context})))) for t in fleet.targets}
+            return OwnStores.found(clusters.stores(args, fleet, each), fleet, HistoryPlan())
+        except KubeError as err:
+            print(f"error: Kubernetes API: {err}", file=sys.stderr)
+            return 1
+
+
+def _from_prometheus(args: argparse.Namespace, specs: list[StrategySpec], cfg: ReplayConfig) -> BacktestResult | int:
+    """The cluster's own history: one read of every namespace, then the same replay as a trace's series.
+    Raises SourceError when Prometheus cannot be read (exit 1) and UsageError for bad flags (exit 2); an exit
+    code when the store was to be found and was not (said on stderr)."""
     from recommender.sources.clusters import qualify
-    from recommender.sources.prometheus import PrometheusSource
 
     fleet, args = clusters.read_flags(args)
-    config, names = prometheus_config(args), sorted(set(args.namespace))
+    source, names = _source(args, fleet), sorted(set(args.namespace))
+    if isinstance(source, int):
+        return source
     if fleet is not None:
-        config = replace(config, cluster_label=fleet.label, many_clusters=True)
         names = [qualify(t.value, ns) for t in fleet.targets for ns in names]
-    source = PrometheusSource(config, registry=CollectorRegistry())
     try:
         end = time.time()
-        history = source.history(names, end - args.history, end)
+        history = dict(source.history(names, end - args.history, end))
     finally:
         source.close()
     if fleet is not None:  # each cluster's series under context/namespace
@@ -253,6 +282,8 @@ def run_backtest(args: argparse.Namespace) -> int:
                            start_memory_limit_ratio=args.start_memory_limit_ratio)
         if args.prometheus:
             result = _from_prometheus(args, specs, cfg)
+            if isinstance(result, int):
+                return result
         else:
             result = run_trace(args.trace, specs, cfg, columns=_columns(args), workers=args.workers,
                                limit=args.series)

@@ -33,6 +33,8 @@ from recommender.cli import (
     add_prometheus_flags,
     add_risk_flag,
     build_strategy,
+    check_found_store_flags,
+    found_store,
     history_plan,
     prometheus_config,
     strategy_at_risk,
@@ -75,7 +77,8 @@ node's allocatable, or restartPolicy Never with a restarting change), left-alone
 exit codes:
   0  the report was written
   1  failed: API server or Prometheus unreachable or refusing, or a missing RBAC permission (named)
-  2  bad usage or input (flags, kubeconfig, price file, label selector); nothing was contacted
+  2  bad usage or input (flags, kubeconfig, price file, label selector); nothing was contacted. Or, without
+     --prometheus-url: no metrics store Service found, or Services not listable (docs/commands.md)
   3  empty result: no workload matched the filters, or Prometheus had no usage for any of them
 """
 log = logging.getLogger("podtailor.report")
@@ -93,7 +96,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "or in-cluster component.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, conflict_handler="resolve")
     add_kube_flags(p)
-    add_prometheus_flags(p)
+    add_prometheus_flags(p, required=False)
     clusters.add_cluster_flags(p)
     g = p.add_argument_group("Report")
     g.add_argument("-n", "--namespace", action="append", default=[], help="only this namespace (repeatable; "
@@ -209,8 +212,10 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
             **({} if args.risk_budget is None else {"riskBudget": budget_text(args.risk_budget)})}
 
 
-def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, PrometheusConfig, ApiClient]:
-    """Everything that can fail on bad input, before anything is contacted: (prices, strategy, prom, api)."""
+def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, PrometheusConfig | None, ApiClient]:
+    """Everything that can fail on bad input, before anything is contacted: (prices, strategy, prom, api); prom
+    is None without --prometheus-url: the store is then found through the API server (``found_store``; for
+    several contexts, each cluster's own, ``clusters.collect``)."""
     from recommender.report.objects import SelectorError, parse_selector
     from recommender.report.pricing import PriceError, PriceSheet, load_sheet
 
@@ -222,7 +227,9 @@ def _prepare(args: argparse.Namespace) -> tuple[PriceSheet, Strategy, Prometheus
         prices = load_sheet(args.prices) if args.prices else PriceSheet()
     except (SelectorError, PriceError) as err:
         raise UsageError(str(err)) from None
-    return prices, build_strategy(args), prometheus_config(args), kube_client(args)
+    if not args.prometheus_url:
+        check_found_store_flags(args)
+    return prices, build_strategy(args), prometheus_config(args) if args.prometheus_url else None, kube_client(args)
 
 
 def _check_output(args: argparse.Namespace) -> None:
@@ -256,14 +263,19 @@ def run_report(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         fleet, args = clusters.read_flags(args)
-        prices, strategy, prom, api = _prepare(args)
+        prices, strategy, found, api = _prepare(args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(not args.no_progress)
     with closing(api), progress.running():
-        code, report = (_collect(args, prices, strategy, prom, api, progress) if fleet is None
-                        else clusters.collect(args, fleet, api, prices, strategy, prom, progress))
+        if fleet is not None:
+            code, report = clusters.collect(args, fleet, api, prices, strategy, found, progress)
+        else:
+            prom = found if found is not None else found_store(args, api)
+            if isinstance(prom, int):
+                return prom
+            code, report = _collect(args, prices, strategy, prom, api, progress)
     if report is None:
         return code
     failed = _write_patches(report, args.output_dir) if args.output == patches.FORMAT else _print(report, args)

@@ -1,17 +1,18 @@
 """The report over several clusters: which kube contexts, their cluster label values, and the one history read.
 
 Owns the flags ``--context`` (repeatable), ``--all-contexts`` and ``--cluster-value CONTEXT=VALUE``
-(repeatable), their checking (``read_flags``: an unknown context, a context or a value given twice, a value
-for a context not reported, several contexts without ``--cluster-label``; a usage error before anything is
-contacted), and ``collect``: each cluster's workloads listed from its own API server, then every cluster's
-history read from the one store in the same batched requests as one cluster's (``PrometheusConfig.
-many_clusters``: each query matches all the cluster values at once and is split by the cluster label), split
-back per cluster, and each cluster recommended for as its own recommender would (its fleet is its own
-containers). Each cluster's RecommenderCheckpoints are read from its own API server, as the one-cluster report
-reads them (``checkpoints.restoring``; a cluster without the CRD or the permission warns once, named by its
-context, and starts from fresh state), and a workload restored from one is grown by its cluster's history
-after the checkpoint (``checkpoints.starting_states`` over ``one_cluster`` of the many-cluster read), so each
-cluster is reported as its own recommender would write it. The report's workloads carry their context
+(repeatable), their checking (``read_flags``: an unknown context, a context or a value given twice, a value for
+a context not reported, several contexts over ``--prometheus-url`` without ``--cluster-label``; a usage error
+before anything is contacted), and ``collect``: each cluster's workloads listed from its own API server, then
+every cluster's history read from the one store in the same batched requests as one cluster's
+(``PrometheusConfig.many_clusters``: each query matches all the cluster values at once and is split by the
+cluster label), or without ``--prometheus-url`` from each cluster's own store, found through its own API server
+(``stores``, ``fleet_stores.OwnStores``), split back per cluster, and each cluster recommended for as its own
+recommender would (its fleet is its own containers). Each cluster's RecommenderCheckpoints are read from its own
+API server, as the one-cluster report reads them (``checkpoints.restoring``; a cluster without the CRD or the
+permission warns once, named by its context, and starts from fresh state), and a workload restored from one is
+grown by its cluster's history after the checkpoint (``checkpoints.starting_states`` over that cluster's reads),
+so each cluster is reported as its own recommender would write it. The report's workloads carry their context
 (``WorkloadReport.cluster``), its namespace and node pool tables name ``context/namespace`` and
 ``context/pool``, and ``Report.clusters`` sums each cluster. With one context, or none, the report is the
 one-cluster report, its output unchanged.
@@ -56,10 +57,11 @@ class Target:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fleet:
-    """Several clusters read from one store."""
+    """Several clusters in one report: read from one store, or each from its own."""
 
-    label: str
-    """The label telling their series apart (``--cluster-label``)."""
+    label: str | None
+    """The label telling their series apart (``--cluster-label``); None only when each cluster's own store is
+    found through its API server (no ``--prometheus-url``, ``fleet_stores.OwnStores``)."""
     targets: tuple[Target, ...]
 
 
@@ -117,7 +119,7 @@ def read_flags(args: argparse.Namespace, available: Callable[[], Sequence[str]] 
                              f"{', '.join(sorted(known)) or 'none'})")
     if len(names) <= 1:
         return None, _one(args, names[0] if names else None)
-    if not args.cluster_label:
+    if not args.cluster_label and args.prometheus_url:
         raise UsageError("several contexts need --cluster-label: the label telling their series apart in the store")
     fleet = Fleet(label=args.cluster_label, targets=_targets(names, args.cluster_value))
     return fleet, argparse.Namespace(**{**vars(args), "context": names[0], "cluster_label": None,
@@ -265,9 +267,10 @@ def build(inventories: Mapping[str, Inventory], batches: Mapping[ContainerKey, U
 
 
 def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices: PriceSheet, strategy: Strategy,
-            prom: PrometheusConfig, progress: Progress) -> tuple[int, Report | None]:
+            prom: PrometheusConfig | None, progress: Progress) -> tuple[int, Report | None]:
     """The ``report`` command's work over a fleet (``cli._collect`` for one cluster); the clients it makes for
-    the contexts after the first are closed here, ``first_api`` by the caller."""
+    the contexts after the first are closed here, ``first_api`` by the caller. ``prom`` None: each cluster's
+    store is found through its own API server (``stores``)."""
     from podtailor.kube.errors import KubeError
     from recommender.report import cli, patches
 
@@ -278,6 +281,7 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices
     try:
         for t in fleet.targets[1:]:
             apis[t.context] = kube_client(argparse.Namespace(**{**vars(args), "context": t.context}))
+        found = stores(args, fleet, apis) if prom is None else prom
         inventories, restored = _checkpoints(args, fleet, apis, _discover(args, fleet, apis, progress), strategy)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -293,31 +297,51 @@ def collect(args: argparse.Namespace, fleet: Fleet, first_api: ApiClient, prices
         print(f"error: empty result: no workload matched in any of the contexts {', '.join(inventories)}",
               file=sys.stderr)
         return cli.EXIT_EMPTY, None
-    return _read_and_build(args, fleet, inventories, restored, prices, strategy, prom, progress)
+    return _read_and_build(args, fleet, inventories, restored, prices, strategy, found, progress)
+
+
+def stores(args: argparse.Namespace, fleet: Fleet, apis: Mapping[str, ApiClient]) -> dict[str, PrometheusConfig]:
+    """Each cluster's own store, found by its Service through its own API server (``store_service``), with
+    ``--cluster-label`` (when given) matched to the cluster's value; errors name the context."""
+    from podtailor.kube.errors import KubeError
+    from recommender.cli import prometheus_config
+    from recommender.kube.store_service import store_config
+
+    out = {}
+    for t in fleet.targets:
+        try:
+            config = store_config(apis[t.context], tuple(args.namespace), lambda url: prometheus_config(args, url=url))
+        except UsageError as err:
+            raise UsageError(f"context {t.context}: {err}") from None
+        except KubeError as err:
+            raise type(err)(f"context {t.context}: finding the metrics store: {err}", status=err.status) from err
+        out[t.context] = config if fleet.label is None else replace(config, cluster_label=fleet.label,
+                                                                    cluster_value=t.value)
+    return out
 
 
 def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping[str, Inventory],
-                    restored: Mapping[str, Mapping[WorkloadKey, Restored]], prices: PriceSheet,
-                    strategy: Strategy, prom: PrometheusConfig, progress: Progress) -> tuple[int, Report | None]:
+                    restored: Mapping[str, Mapping[WorkloadKey, Restored]], prices: PriceSheet, strategy: Strategy,
+                    prom: PrometheusConfig | Mapping[str, PrometheusConfig],
+                    progress: Progress) -> tuple[int, Report | None]:
     """Every cluster's history in the read groups of their qualified namespaces, one group after another
-    (each group one pass: the same handful of queries for all the clusters), then the report: each cluster's
-    workloads with a restored checkpoint grown by that cluster's history after it (``starting_states``)."""
-    from prometheus_client import CollectorRegistry
-
+    (each group one pass: the same handful of queries for all the clusters, or with a store per cluster,
+    ``prom`` by context, a pass per cluster's store), then the report: each cluster's workloads with a restored
+    checkpoint grown by that cluster's history after it (``starting_states``)."""
     from recommender.cli import history_plan, strategy_at_risk
     from recommender.recommend import fleet_of
     from recommender.report import cli
     from recommender.report.build import BuildConfig, Recommending
     from recommender.report.checkpoints import starting_states
+    from recommender.report.fleet_stores import OwnStores, SharedStore
     from recommender.sources.errors import SourceError
-    from recommender.sources.prometheus import PrometheusSource
 
     now = time.time()
     end = now - cli.READ_LAG_S
     start = end - args.history
-    config = replace(prom, cluster_label=fleet.label, many_clusters=True)
-    source = PrometheusSource(config, registry=CollectorRegistry(), plan=history_plan(args, strategy))
-    settings = {**cli._settings(args), "clusterLabel": fleet.label,
+    plan = history_plan(args, strategy)
+    source = OwnStores.found(prom, fleet, plan) if isinstance(prom, Mapping) else SharedStore(prom, fleet, plan)
+    settings = {**cli._settings(args), **({} if fleet.label is None else {"clusterLabel": fleet.label}),
                 "clusters": [{"context": t.context, "clusterValue": t.value} for t in fleet.targets]}
     cfg = BuildConfig(now_s=now, start_s=start, end_s=end, strategy_name=args.strategy, prices=prices,
                       change_threshold=args.change_threshold, settings=settings)
@@ -327,7 +351,7 @@ def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping
     batches: dict[ContainerKey, UsageBatch] = {}
 
     def inputs(context: str, own: Sequence[Workload], found: Mapping[ContainerKey, UsageBatch]) -> Recommending:
-        states = starting_states(own, found, restored[context], one_cluster(source.history, fleet, context),
+        states = starting_states(own, found, restored[context], source.one(context),
                                  end_s=end, history_s=args.history, strategy=strategy)
         return Recommending(strategy=strategy, states=states, fleet=fleet_of(strategy, states.values(), now),
                             at_risk=strategy_at_risk(args))
@@ -338,12 +362,12 @@ def _read_and_build(args: argparse.Namespace, fleet: Fleet, inventories: Mapping
         report = replace(build(inventories, batches, fleet, inputs, cfg, progress=progress.advance),
                          prometheus_requests=source.request_count)
     except SourceError as err:
-        print(f"error: Prometheus at {prom.base_url}: {err}", file=sys.stderr)
+        print(f"error: Prometheus at {source.where}: {err}", file=sys.stderr)
         return cli.EXIT_FAILED, None
     finally:
         source.close()
     if not any(c.usage is not None for w in report.workloads for c in w.containers):
-        print(f"error: empty result: Prometheus at {prom.base_url} has no usage history for any of the "
+        print(f"error: empty result: Prometheus at {source.where} has no usage history for any of the "
               f"{len(report.workloads)} workloads in the window (wrong --cluster-label or --cluster-value, or "
               "metrics not scraped?)", file=sys.stderr)
         return cli.EXIT_EMPTY, report

@@ -7,7 +7,7 @@ numbers derived from it (the CPU rate window and the OOM look-back). Nothing her
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,10 @@ class PrometheusConfig:
     """Do not verify the server certificate (test setups only)."""
     extra_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Headers sent with every request, e.g. ``X-Scope-OrgID`` for Mimir tenants. Never printed."""
+    auth_headers: Callable[[], Mapping[str, str]] | None = field(default=None, repr=False, compare=False)
+    """Headers computed for every request, after ``extra_headers``: the kubeconfig's auth header when the store is
+    reached through the API server's service proxy (``recommender.kube.store_service``), read per request so
+    that a refreshed token is used. Never printed."""
     cluster_label: str | None = None
     """Label that tells clusters apart in a shared backend (Thanos, Mimir, VictoriaMetrics), e.g. ``cluster``."""
     cluster_value: str | None = None
@@ -101,6 +105,9 @@ class PrometheusConfig:
             raise ValueError("url must start with http:// or https://")
         if self.bearer_token_file is not None and self.basic_auth_username is not None:
             raise ValueError("bearer_token_file and basic auth are mutually exclusive")
+        own_auth = self.bearer_token_file is not None or self.basic_auth_username is not None
+        if self.auth_headers is not None and own_auth:
+            raise ValueError("the API server's credentials (auth_headers) exclude a bearer token file and basic auth")
         if (self.basic_auth_username is None) != (self.basic_auth_password is None):
             raise ValueError("basic auth needs both a user name and a password")
         if (self.client_cert_file is None) != (self.client_key_file is None):

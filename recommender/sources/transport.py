@@ -121,6 +121,8 @@ class Transport:
 
     def _headers(self) -> dict[str, str]:
         headers = dict(self.client.headers or {})
+        if self._config.auth_headers is not None:  # the API server's own credentials, through its service proxy
+            headers.update(self._config.auth_headers())
         if self._config.bearer_token_file is not None:
             try:
                 token = self._config.bearer_token_file.read_text(encoding="utf-8").strip()

@@ -44,8 +44,12 @@ def test_missing_file_and_bad_column_exit_2(tmp_path: Path, trace: Path, capsys:
     assert "unknown strategy 'nope'" in capsys.readouterr().err
     assert run_backtest(parse(str(trace), "--set", "vpa.bogus=1", "--workers", "1")) == 2
     assert "unknown parameter" in capsys.readouterr().err
-    assert run_backtest(parse("--prometheus")) == 2
-    assert "--prometheus needs --prometheus-url" in capsys.readouterr().err
+    assert run_backtest(parse("--prometheus")) == 2  # no --prometheus-url is no error: the store is then found
+    assert "--prometheus needs at least one -n NAMESPACE" in capsys.readouterr().err
+    assert run_backtest(parse("--prometheus", "-n", "a", "--kubeconfig", str(tmp_path / "none"))) == 2
+    assert "cannot load Kubernetes credentials" in capsys.readouterr().err
+    assert run_backtest(parse("--prometheus", "-n", "a", "--prometheus-ca-file", "ca.pem")) == 2
+    assert "--prometheus-ca-file need --prometheus-url" in capsys.readouterr().err
     assert run_backtest(parse("--prometheus", "--prometheus-url", "http://127.0.0.1:9")) == 2
     assert "at least one -n NAMESPACE" in capsys.readouterr().err
     assert run_backtest(parse(str(trace), "--prometheus", "--prometheus-url", "http://127.0.0.1:9", "-n", "a")) == 2

@@ -63,6 +63,16 @@ def test_unreachable_api_server_is_exit_1(tmp_path: Path, capsys: pytest.Capture
     assert out.out == "" and "API server unreachable" in out.err
 
 
+def test_without_prometheus_url_the_store_is_looked_for_through_the_api_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = str(kubeconfig(tmp_path))
+    assert run_report(parse("--kubeconfig", cfg, "--prometheus-bearer-token-file", "t")) == EXIT_USAGE
+    assert "--prometheus-bearer-token-file need --prometheus-url" in capsys.readouterr().err
+    assert run_report(parse("--kubeconfig", cfg, "-o", "json")) == EXIT_FAILED  # asked, and it does not answer
+    out = capsys.readouterr()
+    assert out.out == "" and "finding the metrics store: list services cluster-wide: API server unreachable" in out.err
+
+
 def test_risk_flag_sets_podtailors_risk_in_report_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from recommender.__main__ import build_parser
     from recommender.cli import build_strategy, strategy_at_risk
