@@ -30,7 +30,7 @@ class Role(enum.StrEnum):
     SIDECAR = "sidecar"
     """A native sidecar: an init container with restartPolicy Always (resized like a container)."""
     INIT = "init"
-    """A plain init container: runs to completion before the others; never resized in place."""
+    """A plain init container: runs to completion before the others; resized in place only from 1.36."""
 
 
 class Disruption(enum.StrEnum):
@@ -61,6 +61,11 @@ class ContainerSpec:
     current: CurrentResources
     resize_policy: Mapping[str, ResizeRestart] = field(default_factory=dict)
     """resource -> NotRequired | RestartContainer (missing: NotRequired)."""
+
+    @property
+    def init(self) -> bool:
+        """A plain init container (``recommend.Container``)."""
+        return self.role == Role.INIT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
