@@ -335,7 +335,8 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
         qos_current=qos_now.value, qos_planned=_qos(c.planned for c in containers).value,
         disruption=outcome.disruption, disruption_reason=outcome.reason, disruption_message=outcome.message,
         risks=_risks(workload, reports, qos_now, hpa), cost=sum((c.cost for c in reports), Cost()),
-        vpa=None if vpa is None else vpa.name)
+        vpa=None if vpa is None else vpa.name,
+        pod_level=dis.pod_level_plan(parts.specs, [c.planned for c in reports], workload.pod_level))
 
 
 def _group(items: Iterable[WorkloadReport], key: Callable[[WorkloadReport], str]) -> tuple[GroupSummary, ...]:

@@ -92,6 +92,8 @@ class Workload:
     """From the pod template: native sidecars, regular containers, then plain init containers."""
     pods: tuple[PodInfo, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    pod_level: CurrentResources | None = None
+    """The pod template's pod-level ``spec.resources`` (None: it declares none)."""
 
     @property
     def key(self) -> WorkloadKey:
@@ -183,6 +185,18 @@ class ContainerReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PodLevelPlan:
+    """A pod template's pod-level resources and what the updater would make of them with the plan."""
+
+    current: CurrentResources
+    planned_requests: Resources
+    """The pod-level requests derived from the planned containers (``podtailor.resize.pod_level``; the current
+    ones where nothing changes); the pod-level limits are left alone."""
+    refused: str | None = None
+    """Why the API server would refuse the planned containers under the pod-level limits (None: it would not)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RiskFlag:
     risk: Risk
     message: str
@@ -210,6 +224,8 @@ class WorkloadReport:
     default policy: no minAllowed/maxAllowed, cpu and memory, RequestsAndLimits)."""
     cluster: str = ""
     """The kube context the workload was read from, in a report over several clusters ("" in a report of one)."""
+    pod_level: PodLevelPlan | None = None
+    """Its pod template's pod-level resources (None: it declares none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
