@@ -1,19 +1,20 @@
 """One recommender pass: VPAs in, usage history folded into strategy state, VPA status out.
 
-Owns the pass and its failure rules, over narrow ports (a ``UsageSource``, a ``VpaStore``). Per pass it lists the VPAs
-this recommender serves, resolves each target workload, restores state from a checkpoint the first time (or loads the
-whole history window from the source), reads only new samples afterwards, grouped so the number of source requests
-does not grow with the number of VPAs, recommends per workload (``recommend.recommend_workload``, the path ``report``
-and ``backtest`` take too, with the fleet of every served container; a sharded replica combines its part of the fleet
-with the other shards', ``FleetShare``) and writes ``status`` when something changed. If the source fails, nothing is
-recomputed: the last good recommendation stays and a ``Stale`` condition says why. A container without history gets no
-target (never a zero or a floor). Plain init containers are recommended from their own history like the others (they
-run for minutes at each pod start: the samples there are, ``docs/recommender.md``). Checkpoints are written every
-``checkpoint_every_s``. A VPA with a usable ``podtailor.io/risk`` annotation is served by the strategy at that risk
-setting (``strategy_at_risk``, one strategy per distinct value, in a small cache); the state is the same whatever the
-risk (it prices only the recommendation), so a changed annotation takes effect at the next pass without reloading
-history. An unusable value, or any value when the strategy has no risk setting, leaves the VPA on the default
-strategy, with one warning Event and log line each time the reason changes.
+Owns the pass and its failure rules, over narrow ports (a ``UsageSource``, a ``VpaStore``). Per pass it lists
+the VPAs this recommender serves, resolves each target workload, restores state from a checkpoint the first
+time (or loads the whole history window from the source), reads only new samples afterwards, grouped so the
+number of source requests does not grow with the number of VPAs, recommends per workload
+(``recommend.recommend_workload``, the path ``report`` and ``backtest`` take too, with the fleet of every
+served container; a sharded replica combines its part of the fleet with the other shards', ``FleetShare``)
+and writes ``status`` when something changed. If the source fails, nothing is recomputed:
+the last good recommendation stays and a ``Stale`` condition says why. A container without history gets no
+target (never a zero or a floor), plain init containers included (recommended from the samples of their runs,
+``docs/recommender.md``). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
+``podtailor.io/risk`` annotation is served by the strategy at that risk setting (``strategy_at_risk``, one
+strategy per distinct value, in a small cache); the state is the same whatever the risk (it prices only the
+recommendation), so a changed annotation takes effect at the next pass without reloading history. An unusable
+value, or any value when the strategy has no risk setting, leaves the VPA on the default strategy, with one
+warning Event and log line each time the reason changes.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The recommender's port to the API server: VPAs, their target workloads, status writes, checkpoints.
 
 Owns every call the recommender makes to Kubernetes. ``KubeAdapter`` lists VPA objects (parsed once, as
-``recommender.kube.served`` values), resolves a VPA's ``targetRef`` (Deployment, StatefulSet, DaemonSet, ReplicaSet,
-Job, CronJob) to the containers of its pod template (plain init containers included, marked) with their current
-requests and limits, writes ``status`` through the status subresource with the object's resourceVersion (re-reading
-and rebuilding on 409), and stores one ``RecommenderCheckpoint`` per VPA, owned by it. Failures become ``KubeError``s
-(``errors.py``); a missing object is ``None``.
+``recommender.kube.served`` values), resolves a VPA's
+``targetRef`` (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) to the containers of its pod
+template (plain init containers included, marked) with their current requests and limits, writes ``status``
+through the status subresource with
+the object's resourceVersion (re-reading and rebuilding on 409), and stores one ``RecommenderCheckpoint``
+per VPA, owned by it. Failures become ``KubeError``s (``errors.py``); a missing object is ``None``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,19 @@
 """The report's pure core: inventory + usage batches + strategy + price sheet in, one ``Report`` out.
 
-Owns the report's side of the recommendation, which is the recommender's own: ``fold`` gives each container with
-history (regular, native sidecar or plain init container) a new state holding the window (what the engine builds on
-its first pass, before any checkpoint), the fleet is that of all of them (``recommend.fleet_of``, once every read
+Owns the report's side of the recommendation, which is the recommender's own: ``fold`` gives each container
+with history (regular, sidecar or plain init) a new state holding the window (what the engine builds on its
+first pass, before any checkpoint), the fleet is that of all of them (``recommend.fleet_of``, once every read
 group is folded, so the report does not depend on ``--read-groups``), and each workload is recommended by
-``recommend.recommend_workload`` with its VPA's container policy (minAllowed/maxAllowed, controlled resources and
-values, mode) and risk annotation, or the default policy where no VPA targets it (the workload's ``vpa`` is then None
-and a warning counts such workloads). A workload whose VPA has a recommender checkpoint is recommended from the
-restored state instead (``report.checkpoints``, the engine's restore; the state then also holds what the recommender
-has seen applied), unless ``--no-checkpoints``. The report is a read-only sink: it keeps the recommendations and
-writes nothing. Plain init containers are recommended from their own history as the recommender does (outside the
-pod's floor share; none without history). It also owns what the updater would write (``disruption.planned``), the
-usage distribution behind each chart, the monthly cost, the risk flags, the disruption column and the summaries by
-namespace, node pool and in total; the usage, its charts and the pod-hours of Jobs and CronJobs are those of the
-report's window whatever the state was restored from.
+``recommend.recommend_workload`` with its VPA's container policy (minAllowed/maxAllowed, controlled
+resources and values, mode) and risk annotation, or the default policy where no VPA targets it (the
+workload's ``vpa`` is then None and a warning counts such workloads). A workload whose VPA has a recommender
+checkpoint is recommended from the restored state instead (``report.checkpoints``, the engine's restore; the
+state then also holds what the recommender has seen applied), unless ``--no-checkpoints``. The report is a
+read-only sink: it keeps the recommendations and writes nothing. Plain init containers are recommended as the
+recommender does them. It also owns what the updater would write (``disruption.planned``), the
+usage distribution behind each chart, the monthly cost, the risk flags, the disruption column and the
+summaries by namespace, node pool and in total; the usage, its charts and the pod-hours of Jobs and CronJobs
+are those of the report's window whatever the state was restored from.
 
 Cost rules: a container costs its requests (an unset request costs nothing, as in OpenCost's request-based
 allocation) times the workload's pod-hours per month at its node pool's prices. Pod-hours per month are
