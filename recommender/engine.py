@@ -8,7 +8,8 @@ number of source requests does not grow with the number of VPAs, recommends per 
 served container; a sharded replica combines its part of the fleet with the other shards', ``FleetShare``)
 and writes ``status`` when something changed. If the source fails, nothing is recomputed:
 the last good recommendation stays and a ``Stale`` condition says why. A container without history gets no
-target (never a zero or a floor). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
+target (never a zero or a floor), plain init containers included (recommended from the samples of their runs,
+``docs/recommender.md``). Checkpoints are written every ``checkpoint_every_s``. A VPA with a usable
 ``podtailor.io/risk`` annotation is served by the strategy at that risk setting (``strategy_at_risk``, one
 strategy per distinct value, in a small cache); the state is the same whatever the risk (it prices only the
 recommendation), so a changed annotation takes effect at the next pass without reloading history. An unusable
@@ -304,7 +305,8 @@ class RecommenderEngine:
         recs.update(((spec.namespace, spec.name, name), rec) for name, rec in out.items())
         entry.history_until_s = end_s
         wrote = self.store.update_vpa_status(spec, lambda status: build_status(
-            status, spec.generation, out, [c.name for c in workload.containers]))
+            status, spec.generation, out, [c.name for c in workload.containers],
+            init=frozenset(c.name for c in workload.containers if c.init)))
         if wrote:
             self.metrics.status_writes.inc()
             self._event(spec, "RecommendationUpdated", "; ".join(

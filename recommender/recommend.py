@@ -1,18 +1,18 @@
 """One workload's recommendation: the one computation ``once``, ``run``, ``report`` and ``backtest`` share.
 
-Owns ``recommend_workload``: from a workload's containers (regular containers and native sidecars, each with
-its current requests and limits), their states, the VPA that targets the workload (None: the default
-container policy) and the fleet, it returns each container's recommendation and its new state, and changes
-nothing it is given. Every caller passes the same inputs: ``containers_in_pod`` is the number of containers
-passed, the container policy is the VPA's (minAllowed, maxAllowed, controlled resources and values, mode)
-with the fleet set, and the fleet is ``fleet_of`` over every container the caller recommends for, once all
-its history is folded in (a sharded engine combines its ``fleet_parts`` with the other shards'; the
-backtest, which has no "all history", gives the fleet of its series' first day). The states are the
-engine's: restored from the VPA's checkpoint where one is usable
-(``recommender.kube.checkpoint``, by the engine and, read-only, by the report) and grown by ``fold_new`` with
-the history after it, else built from the window. Only the sink differs: the engine writes the
-recommendations into the VPA's status, the report puts them in its document and writes nothing, the backtest
-applies them to its simulated container.
+Owns ``recommend_workload``: from a workload's containers (regular containers, native sidecars and plain init
+containers, each with its current requests and limits), their states, the VPA that targets the workload (None: the
+default container policy) and the fleet, it returns each container's recommendation and its new state, and changes
+nothing it is given. Every caller passes the same inputs: ``containers_in_pod`` is the number of containers passed
+that run together (regular ones and sidecars: a plain init container runs before them, so it neither takes a share of
+the pod's floors from them nor gets a larger one), the container policy is the VPA's (minAllowed, maxAllowed,
+controlled resources and values, mode) with the fleet set, and the fleet is ``fleet_of`` over every container the
+caller recommends for, once all its history is folded in (a sharded engine combines its ``fleet_parts`` with the other
+shards'; the backtest, which has no "all history", gives the fleet of its series' first day). The states are the
+engine's: restored from the VPA's checkpoint where one is usable (``recommender.kube.checkpoint``, by the engine and,
+read-only, by the report) and grown by ``fold_new`` with the history after it, else built from the window. Only the
+sink differs: the engine writes the recommendations into the VPA's status, the report puts them in its document and
+writes nothing, the backtest applies them to its simulated container.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ class Container(Protocol):
     @property
     def current(self) -> CurrentResources: ...
 
+    @property
+    def init(self) -> bool:
+        """A plain (non-sidecar) init container: it runs to completion before the others start."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlainContainer:
@@ -52,6 +57,7 @@ class PlainContainer:
 
     name: str
     current: CurrentResources
+    init: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,8 +127,9 @@ def recommend_workload(strategy: Strategy, containers: Sequence[Container], stat
     """Each of ``containers`` that has a state and is not switched off, recommended (module docstring)."""
     recs: dict[str, Recommendation] = {}
     after = dict(states)
+    running = max(1, sum(1 for c in containers if not c.init))
     for c in containers:
-        policy = container_policy(vpa, c.name, len(containers), fleet)
+        policy = container_policy(vpa, c.name, running, fleet)
         state = states.get(c.name)
         if policy.mode_off or state is None:
             continue

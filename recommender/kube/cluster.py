@@ -3,7 +3,8 @@
 Owns every call the recommender makes to Kubernetes. ``KubeAdapter`` lists VPA objects (parsed once, as
 ``recommender.kube.served`` values), resolves a VPA's
 ``targetRef`` (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) to the containers of its pod
-template with their current requests and limits, writes ``status`` through the status subresource with
+template (plain init containers included, marked) with their current requests and limits, writes ``status``
+through the status subresource with
 the object's resourceVersion (re-reading and rebuilding on 409), and stores one ``RecommenderCheckpoint``
 per VPA, owned by it; for a DaemonSet, its pods' node pools and the per-pool annotation
 (``podtailor.poolrecs``), written by a metadata merge patch. Failures become ``KubeError``s (``errors.py``);
@@ -38,6 +39,8 @@ class ContainerTemplate:
     name: str
     current: CurrentResources
     sidecar: bool = False
+    init: bool = False
+    """A plain (non-sidecar) init container: recommended from its own history, outside the pod's floor share."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,12 +52,12 @@ class Workload:
 
 
 def containers_of(pod_spec: Mapping[str, Any]) -> tuple[ContainerTemplate, ...]:
-    """Regular containers and native sidecars (restartable init containers) of a pod spec; an unreadable
-    quantity (the API server validated them) counts as unset, never as zero."""
+    """Native sidecars (restartable init containers), regular containers, then plain init containers of a pod
+    spec; an unreadable quantity (the API server validated them) counts as unset, never as zero."""
     out = []
-    for c, sidecar, _ in pod_containers(pod_spec):
+    for c, sidecar, init in pod_containers(pod_spec, with_init=True):
         res = c.get("resources") or {}
-        out.append(ContainerTemplate(name=c["name"], sidecar=sidecar, current=CurrentResources(
+        out.append(ContainerTemplate(name=c["name"], sidecar=sidecar, init=init, current=CurrentResources(
             requests=parse_resources(res.get("requests"), where="requests", lenient=True),
             limits=parse_resources(res.get("limits"), where="limits", lenient=True))))
     return tuple(out)

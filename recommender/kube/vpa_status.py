@@ -3,14 +3,17 @@
 Owns the ``status`` dict of a VerticalPodAutoscaler: ``recommendation.containerRecommendations``
 (each entry written by ``podtailor.vpa.RecommendedContainerResources``) and ``conditions`` (RecommendationProvided,
 LowConfidence, and our own Stale and ConfigUnsupported). A container without a new recommendation keeps
-its last written one; a condition keeps its lastTransitionTime while its status does not change; a build
+its last written one. The conditions speak of the containers that run together: a plain init container's
+recommendation is written when it has one, but its missing or short history (it runs for minutes, at pod start,
+so it often has none in the window) sets neither RecommendationProvided to False nor LowConfidence. A condition
+keeps its lastTransitionTime while its status does not change; a build
 that changes nothing returns None so no write is made.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from podtailor.vpa import STALE_CONDITION, RecommendedContainerResources
@@ -54,7 +57,9 @@ def _finish(current: Obj, new: Obj) -> Obj | None:
 
 
 def build_status(current: Obj, generation: int, recs: Mapping[str, Recommendation],
-                 containers: Sequence[str]) -> Obj | None:
+                 containers: Sequence[str], init: Collection[str] = ()) -> Obj | None:
+    """``current`` with an entry per container of ``containers`` that has a recommendation (new, else the last
+    written one) and the conditions; ``init`` names the plain init containers among them (module docstring)."""
     old_entries = {e.get("containerName"): e for e in (current.get("recommendation") or {})
                    .get("containerRecommendations") or []}
     entries = []
@@ -63,13 +68,13 @@ def build_status(current: Obj, generation: int, recs: Mapping[str, Recommendatio
             entries.append(_entry(name, recs[name]))
         elif name in old_entries:
             entries.append(old_entries[name])  # the last good recommendation stays
-    missing = [n for n in containers if not any(e["containerName"] == n for e in entries)]
+    missing = [n for n in containers if n not in init and not any(e["containerName"] == n for e in entries)]
     conditions = list(current.get("conditions") or [])
     conditions = [c for c in conditions if c.get("type") != "ConfigUnsupported"]
     conditions = _set(conditions, "RecommendationProvided", not missing,
                       "NoUsageHistory" if missing else "RecommendationsProvided",
                       f"no usage history yet for container(s) {', '.join(missing)}" if missing else "")
-    low = sorted(n for n, r in recs.items() if r.confidence < 1.0)
+    low = sorted(n for n, r in recs.items() if r.confidence < 1.0 and n not in init)
     conditions = _set(conditions, "LowConfidence", bool(low), "ShortHistory" if low else "EnoughHistory",
                       f"less history than the strategy wants for: {', '.join(low)}" if low else "")
     conditions = _set(conditions, STALE_CONDITION, False, "FreshData", "")

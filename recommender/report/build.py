@@ -1,7 +1,7 @@
 """The report's pure core: inventory + usage batches + strategy + price sheet in, one ``Report`` out.
 
-Owns the report's side of the recommendation, which is the recommender's own: ``fold`` gives each regular
-container and native sidecar with history a new state holding the window (what the engine builds on its
+Owns the report's side of the recommendation, which is the recommender's own: ``fold`` gives each container
+with history (regular, sidecar or plain init) a new state holding the window (what the engine builds on its
 first pass, before any checkpoint), the fleet is that of all of them (``recommend.fleet_of``, once every read
 group is folded, so the report does not depend on ``--read-groups``), and each workload is recommended by
 ``recommend.recommend_workload`` with its VPA's container policy (minAllowed/maxAllowed, controlled
@@ -9,8 +9,8 @@ resources and values, mode) and risk annotation, or the default policy where no 
 workload's ``vpa`` is then None and a warning counts such workloads). A workload whose VPA has a recommender
 checkpoint is recommended from the restored state instead (``report.checkpoints``, the engine's restore; the
 state then also holds what the recommender has seen applied), unless ``--no-checkpoints``. The report is a
-read-only sink: it keeps the recommendations and writes nothing. Plain init containers get none (the
-recommender writes none for them). It also owns what the updater would write (``disruption.planned``), the
+read-only sink: it keeps the recommendations and writes nothing. Plain init containers are recommended as the
+recommender does them. It also owns what the updater would write (``disruption.planned``), the
 usage distribution behind each chart, the monthly cost, the risk flags, the disruption column and the
 summaries by namespace, node pool and in total; the usage, its charts and the pod-hours of Jobs and CronJobs
 are those of the report's window whatever the state was restored from.
@@ -226,22 +226,17 @@ def _key(workload: Workload, container: str) -> ContainerKey:
                         container=container, pool=workload.pool)
 
 
-def _served(workload: Workload) -> tuple[ContainerSpec, ...]:
-    """The containers the recommender writes a recommendation for: regular ones and native sidecars."""
-    return tuple(c for c in workload.containers if c.role != Role.INIT)
-
-
 def container_keys(workload: Workload) -> dict[str, ContainerKey]:
-    """The key of each container the recommender writes a recommendation for, by name."""
-    return {c.name: _key(workload, c.name) for c in _served(workload)}
+    """The key of each container the recommender writes a recommendation for (every one), by name."""
+    return {c.name: _key(workload, c.name) for c in workload.containers}
 
 
 def fold(workloads: Iterable[Workload], batches: Mapping[ContainerKey, UsageBatch],
          strategy: Strategy) -> dict[ContainerKey, ContainerState]:
-    """A new state per served container with history, the batch folded in (the engine's first pass)."""
+    """A new state per container with history, the batch folded in (the engine's first pass)."""
     out: dict[ContainerKey, ContainerState] = {}
     for w in workloads:
-        for c in _served(w):
+        for c in w.containers:
             batch = batches.get(_key(w, c.name))
             if batch is not None:
                 state = out[_key(w, c.name)] = strategy.new_state()
@@ -259,7 +254,7 @@ def recommending(workloads: Iterable[Workload], batches: Mapping[ContainerKey, U
 
 def _recommend(workload: Workload, vpa: VpaSpec | None, batches: Mapping[ContainerKey, UsageBatch],
                inputs: Recommending, now_s: float) -> _Parts:
-    served = _served(workload)
+    served = workload.containers
     states = {c.name: inputs.states[_key(workload, c.name)] for c in served if _key(workload, c.name) in inputs.states}
     strategy = strategy_for(vpa, inputs.strategy, inputs.at_risk)
     done = recommend_workload(strategy, served, states, vpa=vpa, fleet=inputs.fleet, now_s=now_s)
@@ -340,7 +335,8 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
         qos_current=qos_now.value, qos_planned=_qos(c.planned for c in containers).value,
         disruption=outcome.disruption, disruption_reason=outcome.reason, disruption_message=outcome.message,
         risks=_risks(workload, reports, qos_now, hpa), cost=sum((c.cost for c in reports), Cost()),
-        vpa=None if vpa is None else vpa.name, pool_row=bool(workload.pool))
+        vpa=None if vpa is None else vpa.name, pool_row=bool(workload.pool),
+        pod_level=dis.pod_level_plan(parts.specs, [c.planned for c in reports], workload.pod_level))
 
 
 def _group(items: Iterable[WorkloadReport], key: Callable[[WorkloadReport], str]) -> tuple[GroupSummary, ...]:

@@ -153,7 +153,7 @@ def _workload(kind: str, obj: Obj, pod_spec: Obj, pods: list[PodInfo]) -> Worklo
     return Workload(namespace=str(meta.get("namespace", "")), kind=kind, name=str(meta.get("name", "")),
                     replicas=ob.replicas(kind, obj), restart_policy=str(pod_spec.get("restartPolicy") or "Always"),
                     containers=ob.containers(pod_spec), pods=tuple(sorted(pods, key=lambda p: p.name)),
-                    labels=dict(meta.get("labels") or {}))
+                    labels=dict(meta.get("labels") or {}), pod_level=ob.pod_level(pod_spec))
 
 
 def _pods_by_workload(raw: dict[str, list[Obj]]) -> dict[WorkloadKey, list[PodInfo]]:

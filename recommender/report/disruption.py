@@ -8,8 +8,9 @@ is below the change threshold -> none; the QoS class would change, the new reque
 allocatable, or restartPolicy Never meets a RestartContainer resize policy -> replacement (the updater's
 fallback; it skips instead when its fallback may not act, e.g. a single replica or a bare pod); a changed
 resource with resizePolicy RestartContainer -> in place with a container restart; else in place online.
-A workload gets its most disruptive pod's outcome. Plain init containers are not resized in place: their
-new values reach only pods created later. Pure.
+A workload gets its most disruptive pod's outcome. Plain init containers are not forecast here (the updater
+resizes them in place from 1.36, never with a restart). ``pod_level_plan`` gives the pod-level requests the
+updater would derive from the planned containers (``podtailor.resize.pod_level``). Pure.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from podtailor.resize import changes as ch
+from podtailor.resize.pod_level import pod_level, pod_level_limit_breach
 from podtailor.resize.types import ContainerChange, ContainerTarget, ContainerView, QoS, Reason
 from podtailor.resources import CurrentResources, Resources
 from podtailor.vpa import ControlledValues
-from recommender.report.types import ContainerSpec, Disruption, NodeInfo, PodInfo, Role
+from recommender.report.types import ContainerSpec, Disruption, NodeInfo, PodInfo, PodLevelPlan, Role
 
 ORDER = (Disruption.NONE, Disruption.LEFT_ALONE, Disruption.IN_PLACE, Disruption.IN_PLACE_RESTART,
          Disruption.REPLACEMENT)
@@ -46,7 +48,23 @@ def target_of(name: str, target: Resources, lower: Resources, upper: Resources, 
 
 def view_of(spec: ContainerSpec) -> ContainerView:
     return ContainerView(name=spec.name, requests=spec.current.requests, limits=spec.current.limits,
-                         resize_policy=dict(spec.resize_policy), sidecar=spec.role == Role.SIDECAR)
+                         resize_policy=dict(spec.resize_policy), sidecar=spec.role == Role.SIDECAR,
+                         init=spec.role == Role.INIT)
+
+
+def pod_level_plan(specs: Sequence[ContainerSpec], plans: Sequence[CurrentResources],
+                   current: CurrentResources | None) -> PodLevelPlan | None:
+    """What the updater would make of the pod-level resources ``current`` when the containers ``specs`` take
+    their ``plans`` (one per spec): the derived requests and whether the pod-level limits would refuse it."""
+    if current is None:
+        return None
+    views = tuple(view_of(s) for s in specs)
+    changes = tuple(ContainerChange(name=s.name, old_requests=s.current.requests, old_limits=s.current.limits,
+                                    new_requests=p.requests, new_limits=p.limits, restarts=False)
+                    for s, p in zip(specs, plans, strict=True))
+    derived = pod_level(current.requests, changes, views)
+    refused = pod_level_limit_breach(current.limits, derived, [c for c in changes if not ch.is_noop(c)])
+    return PodLevelPlan(current=current, planned_requests=derived or current.requests, refused=refused)
 
 
 def planned(spec: ContainerSpec, target: ContainerTarget | None, cons: ch.Constraints) -> CurrentResources:

@@ -2,7 +2,8 @@
 
 Owns the pure half of discovery: the label-selector match (kubectl syntax: ``k=v``, ``k==v``, ``k!=v``,
 ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``), a pod template's containers (native sidecars, regular
-containers, plain init containers, with requests, limits and resizePolicy), replicas per kind, the
+containers, plain init containers, with requests, limits and resizePolicy) and pod-level resources, replicas
+per kind, the
 top-level owner of a pod (pod -> ReplicaSet -> Deployment or Rollout, pod -> Job -> CronJob, StatefulSet and
 DaemonSet directly, no owner or a Node -> the pod itself, as the Prometheus owner index keys them), node
 pools (``podtailor.nodepool``, as the updater reads them) and the resources an HPA scales
@@ -91,6 +92,16 @@ def containers(pod_spec: Mapping[str, Any], *, with_init: bool = True) -> tuple[
     quantity (the API server validated them) counts as unset."""
     return tuple(_container(c.raw, Role.SIDECAR if c.sidecar else Role.INIT if c.init else Role.CONTAINER)
                  for c in fields.pod_containers(pod_spec, with_init=with_init))
+
+
+def pod_level(pod_spec: Mapping[str, Any]) -> CurrentResources | None:
+    """A pod spec's pod-level ``resources`` (None: it declares neither requests nor limits); an unreadable
+    quantity counts as unset."""
+    res = pod_spec.get("resources") or {}
+    if not isinstance(res, Mapping) or not (res.get("requests") or res.get("limits")):
+        return None
+    return CurrentResources(requests=parse_resources(res.get("requests"), where="requests", lenient=True),
+                            limits=parse_resources(res.get("limits"), where="limits", lenient=True))
 
 
 def template_spec(kind: str, obj: Obj) -> Obj:

@@ -2,18 +2,22 @@
 
 Owns ``workload_patch`` (a ``WorkloadReport`` in, the patch document out: the workload's apiVersion, kind,
 metadata.name and namespace, and its pod template's ``containers`` and ``initContainers`` by name, each with
-``resources.requests`` and ``resources.limits``), ``file_name`` (a safe, stable name per workload) and
+``resources.requests`` and ``resources.limits``, and the pod-level ``resources.requests`` where the template
+declares pod-level requests), ``file_name`` (a safe, stable name per workload) and
 ``write_patches`` (the files in a directory, and what was skipped and why). The values are the report's
 ``planned`` ones: the recommendation through the updater's own limit, LimitRange and HPA rules, which is what
 the updater would write, so a workload patched with them leaves the updater nothing to resize; without a
 LimitRange or an HPA they are the recommended target and limits. Requests are written for the resources the
 recommendation targets, limits only for those it sets limits for (none under ``controlledValues:
 RequestsOnly`` or where the container has no limit). Quantities are the base's exact ``quantities``
-("1536Mi", "250m", "1234567"), never the rounded text of the human formats. Native sidecars go in
-``initContainers`` (strategic merge matches that list by name too, as ``containers``). Plain init containers
-and pod-level resources are not written: the report has no recommendation for either today. The merge keys
-follow upstream: ``containers`` and ``initContainers`` are merged by ``name``
-(k8s.io/api/core/v1/types.go, ``PodSpec``: ``patchMergeKey:"name"``).
+("1536Mi", "250m", "1234567"), never the rounded text of the human formats. Native sidecars and plain init
+containers go in ``initContainers`` (strategic merge matches that list by name too, as ``containers``). The
+pod-level requests are the ones the updater derives from the planned containers (``podtailor.resize.pod_level``:
+each scaled with the pod's aggregate container requests, never below it); the pod-level limits are left alone,
+as the updater leaves them, and a workload whose planned containers the API server would refuse under them is
+skipped (``Skip.POD_LEVEL_LIMIT``). The merge keys follow upstream: ``containers`` and ``initContainers`` are
+merged by ``name`` and ``resources`` maps key by key (k8s.io/api/core/v1/types.go, ``PodSpec``:
+``patchMergeKey:"name"``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Skip(enum.StrEnum):
     UNSUPPORTED_KIND = "kind takes no strategic-merge patch (a custom resource)"
     UNSAFE_NAME = "namespace or name is not a valid Kubernetes name"
     PER_POOL = "a DaemonSet's row for one node pool: no one template value fits its pools"
+    POD_LEVEL_LIMIT = "planned values above the pod-level limits (the API server would refuse them)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,9 +104,9 @@ def skip_reason(w: WorkloadReport) -> Skip | None:
     if not _LABEL.fullmatch(w.namespace) or len(w.name) > 253 or not _SUBDOMAIN.fullmatch(w.name):
         return Skip.UNSAFE_NAME
     if any(container_entry(c) is not None for c in w.containers):
-        return None
-    # A served container with usage but no recommendation was switched off by its VPA's container policy.
-    off = any(c.role != Role.INIT and c.usage is not None and c.recommendation is None for c in w.containers)
+        return Skip.POD_LEVEL_LIMIT if w.pod_level is not None and w.pod_level.refused else None
+    # A container with usage but no recommendation was switched off by its VPA's container policy.
+    off = any(c.usage is not None and c.recommendation is None for c in w.containers)
     return Skip.MODE_OFF if off else Skip.NO_HISTORY
 
 
@@ -113,10 +118,12 @@ def workload_patch(w: WorkloadReport) -> dict[str, Any] | None:
 def _patch(w: WorkloadReport) -> dict[str, Any]:
     api_version, path = _POD_SPEC[w.kind]
     pod: dict[str, Any] = {}
-    for role, field in ((Role.CONTAINER, "containers"), (Role.SIDECAR, "initContainers")):
-        entries = [e for c in w.containers if c.role == role and (e := container_entry(c)) is not None]
+    for roles, field in (((Role.CONTAINER,), "containers"), ((Role.SIDECAR, Role.INIT), "initContainers")):
+        entries = [e for c in w.containers if c.role in roles and (e := container_entry(c)) is not None]
         if entries:
             pod[field] = entries
+    if w.pod_level is not None and w.pod_level.planned_requests != Resources():
+        pod["resources"] = {"requests": quantities(w.pod_level.planned_requests)}
     body: dict[str, Any] = pod
     for step in reversed(path):
         body = {step: body}

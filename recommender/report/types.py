@@ -30,7 +30,7 @@ class Role(enum.StrEnum):
     SIDECAR = "sidecar"
     """A native sidecar: an init container with restartPolicy Always (resized like a container)."""
     INIT = "init"
-    """A plain init container: runs to completion before the others; never resized in place."""
+    """A plain init container: runs to completion before the others; resized in place only from 1.36."""
 
 
 class Disruption(enum.StrEnum):
@@ -62,6 +62,11 @@ class ContainerSpec:
     resize_policy: Mapping[str, ResizeRestart] = field(default_factory=dict)
     """resource -> NotRequired | RestartContainer (missing: NotRequired)."""
 
+    @property
+    def init(self) -> bool:
+        """A plain init container (``recommend.Container``)."""
+        return self.role == Role.INIT
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodInfo:
@@ -89,6 +94,8 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=dict)
     pool: str = ""
     """A DaemonSet's row for one node pool (its pods there, their usage, no checkpoint); "": the workload."""
+    pod_level: CurrentResources | None = None
+    """The pod template's pod-level ``spec.resources`` (None: it declares none)."""
 
     @property
     def key(self) -> WorkloadKey:
@@ -180,6 +187,18 @@ class ContainerReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PodLevelPlan:
+    """A pod template's pod-level resources and what the updater would make of them with the plan."""
+
+    current: CurrentResources
+    planned_requests: Resources
+    """The pod-level requests derived from the planned containers (``podtailor.resize.pod_level``; the current
+    ones where nothing changes); the pod-level limits are left alone."""
+    refused: str | None = None
+    """Why the API server would refuse the planned containers under the pod-level limits (None: it would not)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RiskFlag:
     risk: Risk
     message: str
@@ -209,6 +228,8 @@ class WorkloadReport:
     """The kube context the workload was read from, in a report over several clusters ("" in a report of one)."""
     pool_row: bool = False
     """A DaemonSet's row for one node pool (``discovery.by_pool``): its values are that pool's alone."""
+    pod_level: PodLevelPlan | None = None
+    """Its pod template's pod-level resources (None: it declares none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -137,11 +137,14 @@ def oom_seen_query(scope: Scope, range_s: float) -> str:
 
 
 def memory_resource_query(scope: Scope, kind: str) -> str:
-    """kube-state-metrics memory ``requests`` or ``limits`` of each container, in bytes."""
+    """kube-state-metrics memory ``requests`` or ``limits`` of each container, in bytes: regular containers and
+    sidecars from ``kube_pod_container_resource_*``, plain init containers from
+    ``kube_pod_init_container_resource_*`` (kube-state-metrics' pod metrics keep them apart; same labels)."""
     if kind not in ("requests", "limits"):
         raise ValueError("kind must be 'requests' or 'limits'")
     sel = selector(f"kube_pod_container_resource_{kind}", scope, 'resource="memory"')
-    return f"max by ({scope.by()}) ({sel})"
+    init = selector(f"kube_pod_init_container_resource_{kind}", scope, 'resource="memory"')
+    return f"max by ({scope.by()}) ({sel} or {init})"
 
 
 def pod_owner_query(scope: Scope, range_s: float) -> str:

@@ -1,12 +1,13 @@
 """``report -o patches`` end to end: the patches applied to the real cluster leave the updater nothing to resize.
 
-Real API server with simulated nodes and pods, real Prometheus with backfilled constant usage (the workloads,
-usage and helpers of ``test_report_real``). Three Deployments with history (one with a native sidecar and a
-plain init container, one with a RestartContainer policy, one Guaranteed) and one without (no pods, so no
-history: skipped). The report runs once as JSON (the recommendation the VPAs then carry) and once with
-``-o patches``; docs/patches.md's two marked blocks run verbatim: the kustomize one renders an overlay over the
-Deployments' manifests, the kubectl one patches the live Deployments. After their rollouts, the updater's
-planner, with a change threshold of 0 so that any difference is a resize, skips every pod.
+Real API server with simulated nodes and pods, real Prometheus with backfilled constant usage (the workloads, usage
+and helpers of ``test_report_real``). Four Deployments with history (one with a native sidecar and a plain init
+container that ran for its pod's first three hours, one with a RestartContainer policy, one Guaranteed, one with
+pod-level resources) and one without (no pods, so no history: skipped). The report runs once as JSON (the
+recommendation the VPAs then carry) and once with ``-o patches``; docs/patches.md's two marked blocks run verbatim:
+the kustomize one renders an overlay over the Deployments' manifests, the kubectl one patches the live Deployments.
+After their rollouts, the updater's planner, with a change threshold of 0 so that any difference is a resize, skips
+every pod.
 """
 
 from __future__ import annotations
@@ -26,22 +27,61 @@ from tests.conftest import SimFactory
 from tests.harness.cluster import kubectl_bin
 from tests.harness.prometheus import LocalPrometheus
 from tests.integration.test_report_real import (
+    SIDECAR_USAGE,
+    USAGE,
     WORKLOADS,
-    backfill,
+    container,
     deployment,
     planner_decisions,
     run_report,
     write_vpas,
 )
 from tests.nodesim.nodes import NodePool
+from tests.nodesim.openmetrics import ExportContainer, write_openmetrics
+from tests.nodesim.usage import Constant
 from tests.readme import block
 from tests.waiting import eventually
 from updater.policy.types import Action
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 Gi = 2**30
-NAMES = ("online", "restart", "guaranteed")
-"""The Deployments with history (``test_report_real``'s, each with its usage there)."""
+Mi = 2**20
+NAMES = ("online", "restart", "guaranteed", "podlevel")
+"""The Deployments with history (``test_report_real``'s, each with its usage there, and ``podlevel``)."""
+POD_LEVEL = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+"""``podlevel``'s pod-level resources: its one container (500m/256Mi, limits 1 core/512Mi) uses 0.2 cores and
+300Mi, as ``online``'s app does."""
+SETUP_USAGE = (0.3, 100 * Mi)
+"""``online``'s plain init container ``setup``: what it used in the three hours it ran (180 one-minute samples,
+more than the 100 krr-simple wants)."""
+
+
+def manifest(name: str, pool: str) -> dict[str, Any]:
+    if name != "podlevel":
+        return deployment(name, pool, *WORKLOADS[name])
+    m = deployment(name, pool, [container("app", {"cpu": "500m", "memory": "256Mi"}, {"cpu": "1", "memory": "512Mi"})])
+    m["spec"]["template"]["spec"]["resources"] = POD_LEVEL
+    return m
+
+
+def backfill(prom: LocalPrometheus, tmp: Path, core: client.CoreV1Api, ns: str, end_s: float) -> None:
+    """Each pod's app (and online's sidecar) over the whole day; online's init container for three hours a day
+    ago, as a finished init container leaves its series (``ExportContainer.init``, ``ran_s``)."""
+    rows = []
+    for pod in core.list_namespaced_pod(ns).items:
+        app, rs = pod.metadata.labels["app"], pod.metadata.owner_references[0].name
+        usage = [("app", USAGE.get(app, USAGE["online"]), False)]
+        if app == "online":
+            usage += [("proxy", SIDECAR_USAGE, False), ("setup", SETUP_USAGE, True)]
+        for name, (cpu, memory), init in usage:
+            rows.append(ExportContainer(namespace=ns, pod=pod.metadata.name, container=name, node=pod.spec.node_name,
+                                        model=Constant(cpu_cores=cpu, memory_bytes=memory), pod_uid=pod.metadata.uid,
+                                        owner_kind="ReplicaSet", owner_name=rs, replicaset_owner_name=app, init=init,
+                                        ran_s=(end_s - 86400.0, end_s - 86400.0 + 3 * 3600.0) if init else None))
+    path = tmp / "usage.om"
+    with path.open("w") as out:
+        write_openmetrics(out, rows, now_s=end_s, days=1, step_s=60)
+    prom.backfill(path)
 
 
 def amounts(resources: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -82,8 +122,10 @@ def pod_containers(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in [*(spec.get("initContainers") or []), *spec["containers"]]}
 
 
-def rolled_out(core: client.CoreV1Api, ns: str, name: str, want: dict[str, dict[str, dict[str, int]]]) -> bool:
-    """One running, ready, not terminating pod of ``name``, and every pod of it at the wanted values."""
+def rolled_out(core: client.CoreV1Api, ns: str, name: str, want: dict[str, dict[str, dict[str, int]]],
+               pod_level: dict[str, dict[str, int]] | None = None) -> bool:
+    """One running, ready, not terminating pod of ``name``, and every pod of it at the wanted values (and, where
+    given, at the wanted pod-level resources)."""
     pods = core.list_namespaced_pod(ns, label_selector=f"app={name}").items
     live = [p for p in pods if not p.metadata.deletion_timestamp]
     ready = [p for p in live if p.status.phase == "Running" and p.status.container_statuses
@@ -92,6 +134,8 @@ def rolled_out(core: client.CoreV1Api, ns: str, name: str, want: dict[str, dict[
         return False
     spec = client.ApiClient().sanitize_for_serialization(ready[0].spec)
     have = pod_containers(spec)
+    if pod_level is not None and amounts(spec.get("resources") or {}) != pod_level:
+        return False
     return all(amounts(have[c].get("resources") or {}) == values for c, values in want.items())
 
 
@@ -102,7 +146,7 @@ def test_patches_applied_leave_the_updater_nothing_to_resize(
     ns, core, apps = namespace, client.CoreV1Api(api), client.AppsV1Api(api)
     pool = f"{ns[-6:]}-a"
     make_sim(NodePool(name=pool, count=1, cpu_millicores=4000, memory_bytes=8 * Gi), tick_s=0.5)
-    manifests = [deployment(name, pool, *WORKLOADS[name]) for name in NAMES]
+    manifests = [manifest(name, pool) for name in NAMES]
     for m in manifests:
         apps.create_namespaced_deployment(ns, m)
     eventually("all pods running", lambda: sum(p.status.phase == "Running" and bool(p.status.container_statuses)
@@ -115,13 +159,13 @@ def test_patches_applied_leave_the_updater_nothing_to_resize(
     assert report.returncode == 0, report.stderr
     doc = yaml.safe_load(report.stdout)
     want = planned(doc)
-    assert {w for w, _ in want} == set(NAMES) and ("online", "proxy") in want and ("online", "setup") not in want
+    assert {w for w, _ in want} == set(NAMES) and {("online", "proxy"), ("online", "setup")} <= set(want)
 
     out = tmp_path / "overlay" / "podtailor"
     done = run_report(cluster, prometheus.url, "-n", ns, "--strategy", "krr-simple", "-o", "patches",
                       "--output-dir", str(out))
     assert done.returncode == 0, done.stderr
-    assert (done.stdout, f"wrote 3 patch files to {out}") == ("", done.stderr.splitlines()[0])
+    assert (done.stdout, f"wrote 4 patch files to {out}") == ("", done.stderr.splitlines()[0])
     assert "skipped 1 workload without a patch: 1 no usage history" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == [f"{ns}_deployment_{n}.yaml" for n in sorted(NAMES)]
 
@@ -134,11 +178,21 @@ def test_patches_applied_leave_the_updater_nothing_to_resize(
         entries = pod_containers(patch["spec"]["template"]["spec"])
         assert {c: amounts(e["resources"]) for c, e in entries.items()} == {
             c: v for (w, c), v in expected.items() if w == name}
+        assert ("resources" in patch["spec"]["template"]["spec"]) == (name == "podlevel")
+    # The pod-level requests follow the container's: 1 core x (its planned request / 500m), rounded up, and
+    # 1Gi x 345Mi / 256Mi = 1380Mi exactly; the pod-level limits are left alone (not in the patch).
+    pod_patch = yaml.safe_load((out / f"{ns}_deployment_podlevel.yaml").read_text())["spec"]["template"]["spec"]
+    app_cpu = want[("podlevel", "app")]["requests"]["cpu"]
+    pod_level = amounts(pod_patch["resources"])
+    assert pod_level == {"requests": {"cpu": -(-1000 * app_cpu // 500), "memory": 1380 * Mi}}, pod_patch
 
     # Before: with the report's targets in VPAs, the planner resizes a pod of every workload.
     write_vpas(api, ns, {"workloads": [w for w in doc["workloads"] if w["name"] in NAMES]})
     before = planner_decisions(api, ns, change_threshold=0.0)
-    assert sorted(d.workload_name for d in before if d.action != Action.SKIP) == sorted(NAMES), before
+    # podlevel's change waits for its node to declare pod-level resize (the simulated nodes declare nothing);
+    # the others are resized. Either way, nothing is within bounds before the patches.
+    assert sorted(d.workload_name for d in before if d.action != Action.SKIP) == sorted(set(NAMES) - {"podlevel"})
+    assert all(d.reason.value != "within-bounds" for d in before), before
 
     env = {"HOME": os.environ.get("HOME", "/root"), "PATH": f"{kubectl_bin().parent}:{os.environ['PATH']}",
            "KUBECONFIG": cluster.kubeconfig}
@@ -159,6 +213,8 @@ def test_patches_applied_leave_the_updater_nothing_to_resize(
         have = pod_containers(by_name[name]["spec"]["template"]["spec"])
         base = pod_containers(m["spec"]["template"]["spec"])
         assert {c: amounts(e["resources"]) for c, e in have.items()} == {c: final[(name, c)] for c in base}
+        rendered_pod_level = amounts(by_name[name]["spec"]["template"]["spec"].get("resources") or {})
+        assert rendered_pod_level == (merged(amounts(POD_LEVEL), pod_level) if name == "podlevel" else {})
         assert {c: {k: v for k, v in e.items() if k != "resources"} for c, e in have.items()} == {
             c: {k: v for k, v in e.items() if k != "resources"} for c, e in base.items()}
 
@@ -167,8 +223,9 @@ def test_patches_applied_leave_the_updater_nothing_to_resize(
         sh(line, tmp_path, env)
     for name in NAMES:
         values = {c: v for (w, c), v in final.items() if w == name}
-        eventually(f"{name} rolled out at the planned values", lambda n=name, v=values: rolled_out(core, ns, n, v),
-                   timeout_s=90)
+        level = merged(amounts(POD_LEVEL), pod_level) if name == "podlevel" else None
+        eventually(f"{name} rolled out at the planned values",
+                   lambda n=name, v=values, lv=level: rolled_out(core, ns, n, v, lv), timeout_s=90)
 
     after = planner_decisions(api, ns, change_threshold=0.0)
     assert sorted(d.workload_name for d in after) == sorted(NAMES)

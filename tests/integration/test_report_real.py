@@ -130,7 +130,7 @@ def write_vpas(api: client.ApiClient, ns: str, doc: dict[str, Any]) -> None:
         recs = [{"containerName": c["name"], **{k: {"cpu": f"{c['recommendation'][k]['cpuMillicores']}m",
                                                      "memory": str(c["recommendation"][k]["memoryBytes"])}
                                                  for k in ("target", "lowerBound", "upperBound", "uncappedTarget")}}
-                for c in w["containers"] if c["recommendation"] and c["role"] != "init"]
+                for c in w["containers"] if c["recommendation"]]
         body = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": w["name"]},
                 "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": w["kind"], "name": w["name"]},
                          "updatePolicy": {"updateMode": "InPlaceOrRecreate"}, "recommenders": [{"name": "podtailor"}]}}

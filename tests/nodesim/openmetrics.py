@@ -7,8 +7,12 @@ limits, kube_pod_owner, kube_replicaset_owner, kube_pod_info, and kube_pod_label
 fixed time grid, in the form ``promtool tsdb create-blocks-from openmetrics`` reads: one contiguous block per
 family, counter TYPE names without ``_total`` and samples with it, timestamps in seconds and increasing within
 each series, a final ``# EOF``. Container families are computed once per container with numpy and spilled to
-temporary files so that families stay contiguous without holding the output in memory. Differences from a real
-scrape: every series starts at the first grid point with counters at 0, resources and owners never change over
+temporary files so that families stay contiguous without holding the output in memory. A plain init container
+(``init``) leaves what a finished one leaves in a real cluster: cAdvisor series only while it ran (``ran_s``;
+its cgroup, and so its series, are gone once it completes), under the same metric names and labels as any
+container, and kube-state-metrics requests and limits as ``kube_pod_init_container_resource_requests`` and
+``_limits`` (labels as the regular containers' families) for as long as the pod exists. Differences from a real
+scrape: every series starts at its first grid point with counters at 0, resources and owners never change over
 the window, the working set is capped at the memory limit and an OOM event is counted at each grid point where
 modelled memory rises above the limit, and there are no ``_created`` samples.
 """
@@ -41,6 +45,11 @@ _CONTAINER_FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_OPTIONAL_FAMILIES = frozenset({"kube_pod_labels", "kube_pod_init_container_resource_requests",
+                                "kube_pod_init_container_resource_limits"})
+"""Families written only when some row has them (the others are written, perhaps empty, always)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ExportContainer:
     """One container to backfill. The pod is owned by ``owner_kind/owner_name`` (usually a ReplicaSet),
@@ -65,6 +74,12 @@ class ExportContainer:
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     """The pod's labels, written as kube-state-metrics' ``kube_pod_labels`` (``label_<key>``); a pod without
     any gets no such series (VPA's Prometheus history provider reads pods' labels from it)."""
+    init: bool = False
+    """A plain (non-sidecar) init container: its requests and limits go to kube-state-metrics'
+    ``kube_pod_init_container_resource_*`` families instead of ``kube_pod_container_resource_*``."""
+    ran_s: tuple[float, float] | None = None
+    """(start, end) in seconds: the container's cAdvisor series exist only at grid points in this closed interval
+    (a finished init container's); None: over the whole window."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -145,10 +160,13 @@ def _cadvisor_labels(c: ExportContainer) -> str:
 def _spill_container_families(
     spills: Sequence[IO[str]], containers: Sequence[ExportContainer], ts: FloatArray, substeps: int
 ) -> int:
-    times = _format_times(ts)
     written = 0
     for c in containers:
-        h = compute_history(c, ts, substeps)
+        own = ts if c.ran_s is None else ts[(ts >= c.ran_s[0]) & (ts <= c.ran_s[1])]
+        if own.size == 0:
+            continue
+        times = _format_times(own)
+        h = compute_history(c, own, substeps)
         arrays = (h.cpu_usage_seconds_total, h.memory_working_set_bytes, h.cfs_periods_total,
                   h.cfs_throttled_periods_total, h.oom_events_total)
         labels = _cadvisor_labels(c)
@@ -218,16 +236,19 @@ def _pod_label_rows(pods: Sequence[ExportContainer]) -> Iterable[tuple[str, floa
 
 def _write_constant_families(out: TextIO, containers: Sequence[ExportContainer], times: list[str]) -> int:
     pods = _unique_pods(containers)
+    regular, init = [c for c in containers if not c.init], [c for c in containers if c.init]
     families = (
-        ("kube_pod_container_resource_requests", list(_resource_rows(containers, limits=False))),
-        ("kube_pod_container_resource_limits", list(_resource_rows(containers, limits=True))),
+        ("kube_pod_container_resource_requests", list(_resource_rows(regular, limits=False))),
+        ("kube_pod_container_resource_limits", list(_resource_rows(regular, limits=True))),
+        ("kube_pod_init_container_resource_requests", list(_resource_rows(init, limits=False))),
+        ("kube_pod_init_container_resource_limits", list(_resource_rows(init, limits=True))),
         ("kube_pod_owner", list(_owner_rows(pods))),
         ("kube_replicaset_owner", list(_replicaset_rows(pods))),
         ("kube_pod_info", list(_info_rows(pods))),
         ("kube_pod_labels", list(_pod_label_rows(pods))),
     )
     for name, rows in families:
-        if rows or name != "kube_pod_labels":
+        if rows or name not in _OPTIONAL_FAMILIES:
             out.writelines(_constant_series(name, rows, times))
     return sum(len(rows) for _, rows in families) * len(times)
 

@@ -130,3 +130,38 @@ def test_label_values_are_escaped() -> None:
             if "pod" in s.labels}
     assert pods == {'p"\\\nq'}
     assert "kube_replicaset_owner{" not in out.getvalue()  # Job-owned pods have no ReplicaSet
+
+
+def test_a_finished_init_container_leaves_cadvisor_series_only_while_it_ran() -> None:
+    # The hot pod's init container ran for the ten minutes from 20 minutes before the last grid point.
+    last = 1_699_999_980.0
+    setup = ExportContainer(namespace="shop", pod="web-7c9-a", container="setup", node="node-1", pod_uid="u-a",
+                            owner_kind="ReplicaSet", owner_name="web-7c9", replicaset_owner_name="web",
+                            model=Constant(cpu_cores=0.5, memory_bytes=GI // 4), init=True,
+                            ran_s=(last - 1200.0, last - 600.0), cpu_request_millicores=100,
+                            memory_limit_bytes=GI // 2)
+    out = io.StringIO()
+    write_openmetrics(out, [*_containers(), setup], now_s=NOW, days=1 / 24, step_s=60.0)
+    text = out.getvalue()
+    ts, cpu = _series(text, "container_cpu_usage_seconds", "web-7c9-a")
+    setup_cpu = [(t, v) for t, v, s in zip(ts, cpu, _container_labels(text, "container_cpu_usage_seconds",
+                                                                         "web-7c9-a"), strict=True) if s == "setup"]
+    # 11 grid points in the closed 10-minute interval, the counter from 0 at 0.5 core-s per s: 30 per step.
+    assert [t for t, _ in setup_cpu] == [last - 1200.0 + 60.0 * k for k in range(11)]
+    assert [v for _, v in setup_cpu] == [30.0 * k for k in range(11)]
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    init_requests = {(s.labels["container"], s.labels["resource"], s.labels["unit"]): s.value
+                     for s in families["kube_pod_init_container_resource_requests"].samples}
+    init_limits = {(s.labels["container"], s.labels["resource"]) for s in
+                   families["kube_pod_init_container_resource_limits"].samples}
+    assert init_requests == {("setup", "cpu", "core"): 0.1} and init_limits == {("setup", "memory")}
+    # ... for the whole window (kube-state-metrics reads the pod's spec), and never in the regular family.
+    assert len(families["kube_pod_init_container_resource_requests"].samples) == 61
+    assert "setup" not in {s.labels["container"] for s in families["kube_pod_container_resource_requests"].samples}
+
+
+def _container_labels(text: str, family: str, pod: str) -> list[str]:
+    for f in text_string_to_metric_families(text):
+        if f.name == family:
+            return [s.labels["container"] for s in f.samples if s.labels["pod"] == pod]
+    raise AssertionError(family)

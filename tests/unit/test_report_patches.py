@@ -22,9 +22,19 @@ from recommender.model.registry import get_strategy
 from recommender.model.types import Recommendation
 from recommender.report.build import BuildConfig, build_report
 from recommender.report.cli import EXIT_FAILED, EXIT_USAGE, run_report
+from recommender.report.disruption import pod_level_plan
 from recommender.report.patches import Skip, file_name, skip_reason, workload_patch, write_patches
-from recommender.report.types import ContainerReport, Cost, Disruption, Report, Role, UsageSummary, WorkloadReport
-from tests.builders.report import DAY, NOW, Mi, batch, cur, key, sample_inputs, sample_report, spec, workload
+from recommender.report.types import (
+    ContainerReport,
+    Cost,
+    Disruption,
+    PodLevelPlan,
+    Report,
+    Role,
+    UsageSummary,
+    WorkloadReport,
+)
+from tests.builders.report import DAY, NOW, Gi, Mi, batch, cur, key, sample_inputs, sample_report, spec, workload
 from tests.unit.test_report_cli import kubeconfig, parse
 
 
@@ -162,8 +172,10 @@ def test_no_recommendation_mode_off_and_custom_kinds_are_skipped_with_a_reason()
     target_free = rec(Resources())
     assert skip_reason(wl((container("a", amounts, target_free, usage=False),))) is Skip.NO_HISTORY
     assert skip_reason(wl((container("a", amounts, None),))) is Skip.MODE_OFF
+    # A plain init container is recommended like the others: with usage and no recommendation it was switched off.
     only_init = container("setup", amounts, None, role=Role.INIT)
-    assert skip_reason(wl((only_init,))) is Skip.NO_HISTORY
+    assert skip_reason(wl((only_init,))) is Skip.MODE_OFF
+    assert skip_reason(wl((container("setup", amounts, None, role=Role.INIT, usage=False),))) is Skip.NO_HISTORY
     ok = container("a", amounts, rec(amounts.requests))
     assert skip_reason(wl((ok,), kind="Rollout")) is Skip.UNSUPPORTED_KIND
     assert workload_patch(wl((ok,), kind="Rollout")) is None
@@ -250,3 +262,51 @@ def test_the_command_writes_a_file_per_workload_and_counts_the_skips_on_stderr(
                  "--output-dir", str(blocker / "sub"), "--no-progress")
     assert run_report(args) == EXIT_FAILED
     assert f"cannot write the patches to {blocker / 'sub'}" in capsys.readouterr().err
+
+
+def test_init_containers_and_pod_level_requests_are_written_from_the_built_report() -> None:
+    inv, batches = sample_inputs()
+    web = inv.workloads[0]
+    # setup (a plain init container) now has 200 one-minute samples (krr-simple wants 100), and web's pods declare
+    # pod-level requests 1 core / 1Gi (limits 4 cores / 4Gi).
+    web = replace(web, pod_level=cur(1000, 1 * Gi, 4000, 4 * Gi))
+    inv = replace(inv, workloads=(web, *inv.workloads[1:]))
+    batches = {**batches, key(web, "setup"): batch(0.3, 200 * Mi, points=200)}
+    cfg = BuildConfig(now_s=NOW, start_s=NOW - DAY, end_s=NOW, strategy_name="krr-simple")
+    report = by_name(build_report(inv, batches, get_strategy("krr-simple"), cfg))["web"]
+    patch = workload_patch(report)
+    spec_ = pod_spec(patch, "spec", "template", "spec")
+    assert [c["name"] for c in spec_["initContainers"]] == ["proxy", "setup"]
+    setup = next(c for c in spec_["initContainers"] if c["name"] == "setup")
+    # krr-simple: p95 of 0.3 cores at the upper edge of a 1% bucket (300m..304m); 200Mi x 1.15 = 230Mi; setup
+    # has no limit, so none is written.
+    assert 300 <= parse_cpu_millicores(setup["resources"]["requests"]["cpu"]) <= 304
+    assert setup["resources"] == {"requests": {"cpu": setup["resources"]["requests"]["cpu"], "memory": "230Mi"}}
+    # The pod-level requests: the build's plan, written exactly, and only requests (the limits are left alone).
+    assert report.pod_level is not None and report.pod_level.refused is None
+    planned = report.pod_level.planned_requests
+    assert list(spec_["resources"]) == ["requests"]
+    written = spec_["resources"]["requests"]
+    assert (parse_cpu_millicores(written["cpu"]), parse_memory_bytes(written["memory"])) == (
+        planned.cpu_millicores, planned.memory_bytes)
+    # They moved with the containers: the aggregate went from 600m (proxy 100m + app 500m) to setup + proxy
+    # (about 303m + 51m), so the pod-level CPU request is about 1000m x 354 / 600, well below 1 core.
+    assert planned.cpu_millicores is not None and 580 <= planned.cpu_millicores <= 600
+
+
+def test_pod_level_plan_scales_with_the_aggregate_and_says_when_the_limits_refuse() -> None:
+    specs = (spec("proxy", cur(100, 64 * Mi), Role.SIDECAR), spec("app", cur(500, 256 * Mi, 1000, 512 * Mi)),
+             spec("setup", cur(1000, 32 * Mi), Role.INIT))
+    plans = (cur(100, 64 * Mi), cur(750, 256 * Mi, 1500, 512 * Mi), cur(400, 32 * Mi))
+    current = cur(2000, 1 * Gi, 4000, 4 * Gi)
+    plan = pod_level_plan(specs, plans, current)
+    # Aggregate CPU before: max(proxy + app = 600m, setup + proxy = 1100m) = 1100m; after: max(850m, 500m) = 850m.
+    # 2000m x 850 / 1100 = 1545.45m, rounded up: 1546m. Memory: max(320Mi, 96Mi) both times: 1Gi kept.
+    assert plan == PodLevelPlan(current=current, planned_requests=Resources(cpu_millicores=1546, memory_bytes=Gi))
+    assert pod_level_plan(specs, plans, None) is None
+    tight = cur(2000, 1 * Gi, 1200, 4 * Gi)  # app's planned 1500m limit is above the pod-level 1200m
+    refused = pod_level_plan(specs, plans, tight)
+    assert refused is not None and refused.refused is not None and "above the pod-level limit 1200" in refused.refused
+    ok = container("app", plans[1], rec(plans[1].requests))
+    assert skip_reason(replace(wl((ok,)), pod_level=refused)) is Skip.POD_LEVEL_LIMIT
+    assert workload_patch(replace(wl((ok,)), pod_level=refused)) is None

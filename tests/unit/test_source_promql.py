@@ -126,7 +126,8 @@ def test_usage_query_texts() -> None:
         f"({BY} (rate(container_cpu_cfs_periods_total{{{SEL}}}[120s])) > 0)")
     assert promql.oom_events_query(ONE) == f"{BY} (container_oom_events_total{{{SEL}}})"
     assert promql.memory_resource_query(ONE, "limits") == (
-        f'{BY} (kube_pod_container_resource_limits{{{SEL},resource="memory"}})')
+        f'{BY} (kube_pod_container_resource_limits{{{SEL},resource="memory"}} or '
+        f'kube_pod_init_container_resource_limits{{{SEL},resource="memory"}})')
 
 
 def test_owner_query_texts() -> None:

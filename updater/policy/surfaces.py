@@ -8,23 +8,25 @@ containers with a resize policy of RestartContainer cannot be resized"), or when
 ahead. A pod-level change on a node that does not declare ``InPlacePodLevelResourcesVerticalScaling`` holds the
 whole pod (its containers cannot grow past the pod-level value it keeps). Nothing waiting for a node is written
 or retried: the planner reads the node's ``declaredFeatures`` every pass and plans the change once the node
-declares it. Also the pod's aggregate requests, as the API server counts them (plain init containers run before
-the others and do not add up), the pod-level requests derived from the containers' change (podtailor has no
-pod-level recommendation), and the pod-level limits a change must stay under (the updater leaves them alone). The
-updater acts only on Ready pods, whose plain init containers have all completed: changing one changes what the
-kubelet has allocated to the pod (scheduling, quota), not a running cgroup, and never restarts it (the kubelet
-resizes a plain init container's cgroup only while it runs, ``computePodActions`` in
-``pkg/kubelet/kuberuntime/kuberuntime_container.go``, v1.37.2).
+declares it. The pod's aggregate requests, the pod-level requests derived from the containers' change and the
+pod-level limits a change must stay under are the base's (``podtailor.resize.pod_level``, re-exported here), so
+the report's patches derive the same values. The updater acts only on Ready pods, whose plain init containers
+have all completed: changing one changes what the kubelet has allocated to the pod (scheduling, quota), not a
+running cgroup, and never restarts it (the kubelet resizes a plain init container's cgroup only while it runs,
+``computePodActions`` in ``pkg/kubelet/kuberuntime/kuberuntime_container.go``, v1.37.2).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from podtailor.resize import changes as ch
+from podtailor.resize.pod_level import aggregate as aggregate
+from podtailor.resize.pod_level import aggregate_requests as aggregate_requests
+from podtailor.resize.pod_level import pod_level as pod_level
+from podtailor.resize.pod_level import pod_level_limit_breach as pod_level_limit_breach
 from podtailor.resize.types import RESTART_CONTAINER, ContainerChange, ContainerView
-from podtailor.resources import Resources
 from updater.answers import NodeFeature, ServerFeatures
 from updater.policy.types import NodeView
 
@@ -84,69 +86,3 @@ def pod_level_waits(node: NodeView | None, features: ServerFeatures) -> str | No
     where = node.name if node is not None else "?"
     return (f"pod-level resources wait for node {where} to declare {NodeFeature.POD_LEVEL_RESIZE.value} "
             "(re-planned every pass, nothing written before)")
-
-
-def pod_level_limit_breach(limits: Resources | None, new_pod_level: Resources | None,
-                           changes: Iterable[ContainerChange]) -> str | None:
-    """Why the API server would refuse the change against the pod-level limits it leaves alone, or None: a
-    pod-level request above its limit (``validatePodResourceRequirements``) or a container limit above the
-    pod-level one ("must be less than or equal to pod limits", ``validatePodResourceConsistency``)."""
-    if limits is None:
-        return None
-    for name in ch.RESOURCES:
-        limit = ch.get(limits, name)
-        if limit is None:
-            continue
-        request = ch.get(new_pod_level, name) if new_pod_level is not None else None
-        if request is not None and request > limit:
-            return (f"pod-level {name} request would be {request} above the pod-level limit {limit}: the API server "
-                    "refuses it, so the pod is left alone (raise the pod-level limit)")
-        over = [c.name for c in changes if (ch.get(c.new_limits, name) or 0) > limit]
-        if over:
-            return (f"{name} limit of {', '.join(over)} would be above the pod-level limit {limit}: the API server "
-                    "refuses it, so the pod is left alone")
-    return None
-
-
-def aggregate_requests(items: Iterable[tuple[Resources, bool, bool]]) -> Resources:
-    """The pod's aggregate requests from (requests, sidecar, init) per container, as the API server counts them
-    (``AggregateContainerRequests``, ``k8s.io/component-helpers/resource/helpers.go``, v0.37.2): the sum of the
-    regular containers and sidecars, or, if larger, a plain init container's request plus the sidecars'. Upstream
-    adds only the sidecars declared before that init container; this adds all of them (an upper bound: the
-    views do not keep the order of init containers and sidecars). A resource no container requests is None."""
-    rows = list(items)
-    out = Resources()
-    for name in ch.RESOURCES:
-        amounts = [(ch.get(r, name), init, sidecar) for r, sidecar, init in rows]
-        if all(a is None for a, _, _ in amounts):
-            continue
-        running = sum(a or 0 for a, init, _ in amounts if not init)
-        sidecars = sum(a or 0 for a, init, sidecar in amounts if sidecar and not init)
-        inits = [(a or 0) + sidecars for a, init, _ in amounts if init]
-        out = ch.put(out, name, max([running, *inits]))
-    return out
-
-
-def aggregate(changes: tuple[ContainerChange, ...], views: tuple[ContainerView, ...], *, new: bool) -> Resources:
-    """The pod's aggregate requests before or after ``changes`` (one per view), as the API server counts them."""
-    return aggregate_requests((c.new_requests if new else c.old_requests, v.sidecar, v.init)
-                              for c, v in zip(changes, views, strict=True))
-
-
-def pod_level(old: Resources | None, changes: tuple[ContainerChange, ...],
-              views: tuple[ContainerView, ...]) -> Resources | None:
-    """Scale each pod-level request by (new aggregate container requests) / (old aggregate), rounding up, and
-    never below the new aggregate (the API requires pod-level >= the containers' aggregate,
-    ``validatePodResourceConsistency``). None: unchanged."""
-    if old is None:
-        return None
-    new = old
-    before_all, after_all = aggregate(changes, views, new=False), aggregate(changes, views, new=True)
-    for name in ch.RESOURCES:
-        amount = ch.get(old, name)
-        if amount is None:
-            continue
-        before, after = ch.get(before_all, name) or 0, ch.get(after_all, name) or 0
-        scaled = -(-amount * after // before) if before > 0 else amount
-        new = ch.put(new, name, max(1, scaled, after))
-    return None if new == old else new
