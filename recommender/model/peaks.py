@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from recommender.model.histogram import DecayingHistogram
+from recommender.model.quantiles import linear_quantiles
 from recommender.model.types import FloatArray
 
 
@@ -193,9 +194,10 @@ def jump_margin(peaks: FloatArray, *, lookback: int, quantile: float, bounds: tu
     good = np.isfinite(prev) & np.isfinite(cur) & (prev > 0)
     if int(good.sum()) < min_points:
         return None
-    jumps = np.maximum(cur[good] / prev[good] - 1.0, 0.0)
+    jumps = np.sort(np.maximum(cur[good] / prev[good] - 1.0, 0.0))
     low, high = bounds
-    return float(np.clip(np.quantile(jumps, quantile), low, high))
+    level = float(linear_quantiles(jumps, np.array([quantile]))[0])  # np.quantile's answer, without its overhead
+    return min(max(level, low), high)  # np.clip's order: the lower bound first, then the upper
 
 
 class SlotMax:
