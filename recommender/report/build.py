@@ -319,10 +319,10 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
             targets[spec.name] = target
         plan = dis.planned(spec, target, cons)
         billed = Fraction(0) if spec.role == Role.INIT else hours
+        stepped = None if batch is None else at_step(batch)  # once: the usage and the budget read the same
         containers.append(ContainerReport(
             name=spec.name, role=spec.role, current=spec.current, recommendation=rec, planned=plan,
-            usage=usage_summary(batch, spec, rec),
-            budget=budget_check(parts.budget, None if batch is None else at_step(batch), spec.current),
+            usage=usage_summary(stepped, spec, rec), budget=budget_check(parts.budget, stepped, spec.current),
             cost=_cost(monthly_cost(spec.current.requests, billed, prices), monthly_cost(plan.requests, billed,
                                                                                          prices))))
     outcome = dis.plan_workload(workload.pods, targets, cons, inv.nodes, cfg.change_threshold)
