@@ -25,7 +25,7 @@ def linear_quantiles(ordered: FloatArray, q: FloatArray) -> FloatArray:
     n = ordered.size
     at = (n - 1) * q
     floor = np.floor(at)
-    below = np.clip(floor, 0, n - 1).astype(np.int64)
+    below = np.minimum(np.maximum(floor, 0), n - 1).astype(np.int64)
     above = np.minimum(below + 1, n - 1)
     frac = at - floor
     lower, upper = ordered[below], ordered[above]
