@@ -62,7 +62,7 @@ class BucketScheme:
         """Index of the bucket holding each value (values below the first edge go to bucket 0)."""
         scaled = np.maximum(values, 0.0) * (self.ratio - 1) / self.first_bucket_size + 1
         idx = np.floor(np.log(scaled) / math.log(self.ratio)).astype(np.int64)
-        idx = np.clip(idx, 0, self.num_buckets - 1)
+        idx = np.minimum(np.maximum(idx, 0), self.num_buckets - 1)  # np.clip's answer, without its wrapper
         # Correct floating-point error at the edges so that starts[idx] <= v < starts[idx + 1].
         idx -= (self.starts[idx] > values) & (idx > 0)
         idx += (self.starts[idx + 1] <= values) & (idx < self.num_buckets - 1)
@@ -109,7 +109,7 @@ def percentile_of(scheme: BucketScheme, weights: FloatArray, p: float) -> float 
     least ``Epsilon``)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"percentile {p} outside [0, 1]")
-    nonzero = np.flatnonzero(weights >= EPSILON)
+    nonzero = (weights >= EPSILON).nonzero()[0]  # flatnonzero of 1-D weights, without its wrappers
     if nonzero.size == 0:
         return None
     lo, hi = int(nonzero[0]), int(nonzero[-1])
@@ -126,7 +126,7 @@ def cost_share_of(scheme: BucketScheme, weights: FloatArray, *, margin_fraction:
     buckets, so dropping its top costs a large share for little saved and b is high; a bursty one has a long
     thin tail, whose top buckets hold little weight, so b is low. ``overrun_cost`` is in the histogram's unit
     per unit share (cores per share of the time over the level)."""
-    nonzero = np.flatnonzero(weights >= EPSILON)
+    nonzero = (weights >= EPSILON).nonzero()[0]  # flatnonzero of 1-D weights, without its wrappers
     if nonzero.size == 0:
         return None
     lo, hi = int(nonzero[0]), int(nonzero[-1])
@@ -136,7 +136,7 @@ def cost_share_of(scheme: BucketScheme, weights: FloatArray, *, margin_fraction:
     if hi == scheme.num_buckets - 1:  # the open-ended last bucket answers its start
         edges[-1] = scheme.starts[hi]
     cost = edges * (1.0 + margin_fraction) + overrun_cost * (1.0 - share)
-    best = np.flatnonzero(cost <= cost.min())
+    best = (cost <= cost.min()).nonzero()[0]
     return float(share[best[-1]])
 
 

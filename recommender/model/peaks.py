@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from recommender.model.histogram import DecayingHistogram
+from recommender.model.quantiles import linear_quantiles
 from recommender.model.types import FloatArray
 
 
@@ -79,7 +80,7 @@ class IntervalPeaks:
         """Samples at or after the current window end: one new peak per interval they fall in."""
         assert self.window_end_s is not None
         k = np.floor((timestamps_s - self.window_end_s) / self.interval_s).astype(np.int64)
-        starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+        starts = np.concatenate([[True], k[1:] != k[:-1]]).nonzero()[0]
         peaks = np.maximum.reduceat(values, starts)
         ends = (self.window_end_s + (k[starts] + 1) * self.interval_s).astype(np.float64)
         self.hist.add(peaks, ends)
@@ -166,7 +167,7 @@ def cost_level(peaks: FloatArray, *, margin_fraction: float, overrun_cost: float
         return None
     above = p.size - np.searchsorted(p, p, side="right")
     cost = p * (1.0 + margin_fraction) + overrun_cost * above / p.size
-    best = np.flatnonzero(cost <= cost.min())
+    best = (cost <= cost.min()).nonzero()[0]
     return float(p[best[-1]])
 
 
@@ -180,7 +181,7 @@ def jump_margin(peaks: FloatArray, *, lookback: int, quantile: float, bounds: tu
     day to the next needs less room above its level than a fixed margin gives (#18: the Google jobs' smooth
     memory, RESULTS.md "The jump margin held")."""
     x = np.asarray(peaks, dtype=np.float64)
-    seen = np.flatnonzero(np.isfinite(x))
+    seen = np.isfinite(x).nonzero()[0]
     # A slot counts only with its whole lookback after the first peak: a young container's first hours, each
     # against the few before it, are not a day-over-day rise (they gave 3% margins after one day of history).
     x = x[seen[0]:] if seen.size else x[:0]
@@ -193,9 +194,10 @@ def jump_margin(peaks: FloatArray, *, lookback: int, quantile: float, bounds: tu
     good = np.isfinite(prev) & np.isfinite(cur) & (prev > 0)
     if int(good.sum()) < min_points:
         return None
-    jumps = np.maximum(cur[good] / prev[good] - 1.0, 0.0)
+    jumps = np.sort(np.maximum(cur[good] / prev[good] - 1.0, 0.0))
     low, high = bounds
-    return float(np.clip(np.quantile(jumps, quantile), low, high))
+    level = float(linear_quantiles(jumps, np.array([quantile]))[0])  # np.quantile's answer, without its overhead
+    return min(max(level, low), high)  # np.clip's order: the lower bound first, then the upper
 
 
 class SlotMax:
@@ -213,7 +215,7 @@ class SlotMax:
         if samples.values.size == 0:
             return
         slots = np.floor(samples.timestamps_s / self.slot_s).astype(np.int64)
-        starts = np.flatnonzero(np.concatenate([[True], slots[1:] != slots[:-1]]))
+        starts = np.concatenate([[True], slots[1:] != slots[:-1]]).nonzero()[0]
         maxima = np.maximum.reduceat(samples.values, starts)
         counts = np.diff(np.append(starts, slots.size))
         new_slots = slots[starts].tolist()

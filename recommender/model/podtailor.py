@@ -293,11 +293,19 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         if prm.budget.cpu_over_share > 0 and cpu is not None:
             state.budget.cpu_target_cores = cpu.target
         cur_mem = current.requests.memory_bytes
+        # Without a held margin the first estimate computes it anew, so a refresh would repeat the same
+        # computation on the same state: the first answer is kept for it (the jump margin is the costliest part).
+        held = state.memory_margin is not None
+        first: list[tuple[ResourceEstimate | None, tuple[str, ...]]] = []
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
+            if refresh and first:
+                return first[0]
             est, r_oom = self._memory(state, c_mem, now_s, policy, refresh=refresh, budget_margin=m_mem)
             est, r_floor = _floored("memory", est, memory_floor, _memory_text(memory_floor))
             est, r_thin = self._no_decrease("memory", est, c_mem, None if cur_mem is None else float(cur_mem))
+            if not held and not first:
+                first.append((est, r_oom + r_floor + r_thin))
             return est, r_oom + r_floor + r_thin
 
         cpu, (memory, r_memory), r_kept = self._resize(state, now_s, current, cpu, memory_estimate)

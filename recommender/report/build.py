@@ -37,6 +37,7 @@ from podtailor.resize.types import DEFAULT_CHANGE_THRESHOLD, ContainerTarget, Qo
 from podtailor.resources import CurrentResources, Resources
 from podtailor.vpa import ControlledValues
 from recommender.kube.served import VpaSpec
+from recommender.model.quantiles import linear_quantiles
 from recommender.model.registry import AtRisk
 from recommender.model.types import (
     ContainerKey,
@@ -74,6 +75,8 @@ THROTTLING_FRACTION = 0.05
 LOW_CONFIDENCE = 0.5
 """Flag low confidence below this (the strategies' confidence: 1 = enough history by their own standard)."""
 OCCASIONAL_KINDS = frozenset({"Job", "CronJob"})
+_QUANTILES = np.array([0.50, 0.90, 0.95, 0.99])
+"""The percentiles every usage distribution shows."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,21 +97,12 @@ def distribution(values: FloatArray, references: Iterable[int | None]) -> Distri
     if values.size == 0:
         return None
     # One sort answers both: the percentiles as np.percentile's default (linear) method computes them (to the
-    # last bits of a float), and the counts as np.histogram over [0, top] does (bins closed on the left, the
-    # last one on both sides, edges from linspace); tests/unit/test_report_build.py compares both with numpy's.
+    # last bits of a float, ``linear_quantiles``), and the counts as np.histogram over [0, top] does (bins
+    # closed on the left, the last one on both sides, edges from linspace); tests/unit/test_report_build.py
+    # compares both with numpy's.
     ordered = np.sort(values)
     n = ordered.size
-    q = np.array([0.50, 0.90, 0.95, 0.99])
-    # numpy's virtual index for the linear method, in its own order of operations: (n - 1) * q
-    # (numpy/lib/_function_base_impl.py, _QuantileMethods['linear'].get_virtual_index; n * q + (1 - q) - 1 is
-    # the same number in exact arithmetic but can land one ulp above an integer, e.g. n = 21, q = 0.9).
-    at = (n - 1) * q
-    below = np.clip(np.floor(at), 0, n - 1).astype(np.int64)
-    above = np.minimum(below + 1, n - 1)
-    frac = at - np.floor(at)
-    lower, upper = ordered[below], ordered[above]
-    quantiles = np.where(frac >= 0.5, upper - (upper - lower) * (1 - frac), lower + (upper - lower) * frac)
-    p50, p90, p95, p99 = (float(x) for x in quantiles)
+    p50, p90, p95, p99 = (float(x) for x in linear_quantiles(ordered, _QUANTILES))
     high = float(ordered[-1])
     top = max([high, *(float(r) for r in references if r is not None)]) * 1.05 or 1.0
     edges = np.linspace(0.0, top, HISTOGRAM_BINS + 1)
@@ -320,10 +314,10 @@ def workload_report(workload: Workload, inv: Inventory, batches: Mapping[Contain
             targets[spec.name] = target
         plan = dis.planned(spec, target, cons)
         billed = Fraction(0) if spec.role == Role.INIT else hours
+        stepped = None if batch is None else at_step(batch)  # once: the usage and the budget read the same
         containers.append(ContainerReport(
             name=spec.name, role=spec.role, current=spec.current, recommendation=rec, planned=plan,
-            usage=usage_summary(batch, spec, rec),
-            budget=budget_check(parts.budget, None if batch is None else at_step(batch), spec.current),
+            usage=usage_summary(stepped, spec, rec), budget=budget_check(parts.budget, stepped, spec.current),
             cost=_cost(monthly_cost(spec.current.requests, billed, prices), monthly_cost(plan.requests, billed,
                                                                                          prices))))
     outcome = dis.plan_workload(workload.pods, targets, cons, inv.nodes, cfg.change_threshold)

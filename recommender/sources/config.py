@@ -73,6 +73,13 @@ class PrometheusConfig:
     at this default), not its decoded JSON. Longer windows over bigger scopes are read in more, shorter time
     chunks. Prometheus's own --query.max-samples default is 50 M. 8 days at a 15-minute step over a scope of
     5,000 containers is 3.8 M: one chunk."""
+    max_remote_read_s: float = 3.5 * 86400.0
+    """Longest time span one remote read asks for (a chunk holds at most this / step + 1 grid times). A remote
+    read's answer is decoded whole, at about 100 bytes per stored sample at its peak (the body, its records,
+    their times and values, the grid), so ``krr-simple``, which reads all 8 days at full resolution, read them
+    in one answer per scope and peaked at twice the memory of the default strategy, whose ``HistoryPlan``
+    reads 3 days so (and up to an hour more, where its summaries align). 3.5 days keeps that in one read and
+    every other strategy's answers about as big; the values are the same however the time is cut."""
     max_series_per_query: int = 5_000
     """Containers (namespace, pod, container) per query; namespace batches are packed and paged under this."""
     sparse_signals: bool = True
@@ -138,6 +145,8 @@ class PrometheusConfig:
             raise ValueError("max_points_per_series must be in [2, 11000]")
         if self.max_points_per_query < 2:
             raise ValueError("max_points_per_query must be at least 2")
+        if not (math.isfinite(self.max_remote_read_s) and self.max_remote_read_s > 0):
+            raise ValueError("max_remote_read_s must be positive")
         if self.max_series_per_query < 1:
             raise ValueError("max_series_per_query must be at least 1")
 

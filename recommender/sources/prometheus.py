@@ -236,12 +236,14 @@ class PrometheusSource:
         """Grid points per query: small enough that the biggest scope's series x points stays under
         ``max_points_per_query``; for a range query also under the per-series cap (minus the OOM query's extra
         point). A remote read returns every stored sample, one per scrape, so with a scrape interval shorter than
-        the step its chunk holds proportionally fewer steps; Prometheus's per-series cap is not for it."""
+        the step its chunk holds proportionally fewer steps; Prometheus's per-series cap is not for it, but
+        ``max_remote_read_s`` is."""
         biggest = max((sum(1 for ns, pod, _ in listed if ns in s.namespaces and (not s.pods or pod in s.pods))
                        for s in scopes), default=1)
         budget = self.config.max_points_per_query // max(1, biggest)
         if raw:
-            return max(1, int(budget / max(1.0, self.config.step_s / self.config.scrape_interval_s)))
+            span = int(self.config.max_remote_read_s // self.config.step_s) + 1
+            return max(1, min(span, int(budget / max(1.0, self.config.step_s / self.config.scrape_interval_s))))
         return max(1, min(self.config.max_points_per_series - 1, budget))
 
     def _plan(self, wire: Wire, names: tuple[str, ...], grid: GridRange,

@@ -9,7 +9,7 @@ import pytest
 
 from recommender.model.podtailor_budget import parse_budget
 from recommender.model.registry import get_strategy
-from recommender.report.budget import BudgetCheck, budget_check
+from recommender.report.budget import BudgetCheck, budget_check, budget_of
 from recommender.report.build import BuildConfig, build_report
 from recommender.report.html import as_html
 from recommender.report.render import as_csv, as_json, as_markdown, as_yaml, table
@@ -61,3 +61,11 @@ def test_every_format_shows_it_when_a_budget_is_stated_and_none_does_otherwise()
     plain = budgeted_report(None)
     assert all(c.budget is None for w in plain.workloads for c in w.containers)
     assert "risk budget" not in table(plain, width=400) + as_csv(plain) + as_markdown(plain) + as_json(plain)
+
+
+def test_each_strategy_object_answers_its_own_budget() -> None:
+    # budget_of remembers its answer per strategy object: two strategies, asked in turn, keep their own budgets.
+    plain, budgeted = get_strategy("podtailor"), get_strategy("podtailor", budget=parse_budget("cpu=0.01,oom=1"))
+    for _ in range(2):
+        assert budget_of(plain) == (0.0, 0.0)
+        assert budget_of(budgeted) == (0.01, 1.0)

@@ -27,3 +27,14 @@ def test_big_scopes_are_read_in_shorter_time_chunks() -> None:
     # A paged scope counts only its own pods: 2 of them -> 250,000, capped at 10,999.
     paged = promql.Scope(namespaces=("a",), pods=("p0", "p1"))
     assert source(max_points_per_query=20_000)._chunk_points([paged], listed("a", 1000)) == 10_000
+
+
+def test_a_remote_read_spans_at_most_max_remote_read_s() -> None:
+    scope = [promql.Scope(namespaces=("a",))]
+    # 333 containers at a 300 s step: the points budget alone allows 4,000,000 // 333 = 12,012 grid times, 41
+    # days; the span caps it at 3.5 days: 302,400 s / 300 s + 1 = 1,009 grid times (an 8-day read: 3 chunks).
+    assert source(step_s=300, scrape_interval_s=300)._chunk_points(scope, listed("a", 333), raw=True) == 1_009
+    # The default plan's 3 days at full resolution (866 grid times with the hour it aligns to) stay one read.
+    assert source(step_s=300, scrape_interval_s=300)._chunk_points(scope, listed("a", 333), raw=True) >= 866
+    # Where the points budget is the tighter one, it still decides: 5,000 containers -> 800 grid times.
+    assert source(step_s=300, scrape_interval_s=300)._chunk_points(scope, listed("a", 5000), raw=True) == 800
