@@ -25,9 +25,8 @@ set, the throttled share over the hour, the OOM counter at hourly steps), a twel
 So requests = 1 + S x (4 + 3 C) + C x (scopes with an OOM counter above zero) + 2 x (chunks with an OOM
 kill), with S = scopes and C = chunks (4 C with remote read, plus its probe once per source), and no term in
 the number of workloads or pods. Without ``sparse_signals``: 1 + S x (3 + 4 C) + 2 x (chunks with an OOM kill).
-They go out in order, at most ``requests_in_flight`` at once (default 1:
-one at a time), each while the answer before it is decoded (``wire.Wire``), with the garbage collector paused
-for the pass (``wire.gc_paused``).
+They go out in order, at most ``requests_in_flight`` at once (default 1), each while the answer
+before it is decoded (``wire.Wire``), with the garbage collector paused for the pass (``wire.gc_paused``).
 A range answer is decoded one series at a time (``Transport.decode_result``), so time chunks (C > 1) are only
 needed when a scope's series x steps exceed ``max_points_per_query``.
 OOM kills come from increases of cAdvisor's ``container_oom_events_total`` between steps, joined
@@ -235,9 +234,8 @@ class PrometheusSource:
     def _chunk_points(self, scopes: list[promql.Scope], listed: set[PodKey], *, raw: bool = False) -> int:
         """Grid points per query: small enough that the biggest scope's series x points stays under
         ``max_points_per_query``; for a range query also under the per-series cap (minus the OOM query's extra
-        point). A remote read returns every stored sample, one per scrape, so with a scrape interval shorter than
-        the step its chunk holds proportionally fewer steps; Prometheus's per-series cap is not for it, but
-        ``max_remote_read_s`` is."""
+        point). A remote read returns every sample, one per scrape (fewer steps per chunk when scrapes are denser
+        than the step), and is capped by ``max_remote_read_s``, not by Prometheus's per-series cap."""
         biggest = max((sum(1 for ns, pod, _ in listed if ns in s.namespaces and (not s.pods or pod in s.pods))
                        for s in scopes), default=1)
         budget = self.config.max_points_per_query // max(1, biggest)
