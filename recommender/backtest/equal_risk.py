@@ -150,7 +150,8 @@ def _point(lo: FrontierRow, hi: FrontierRow, t: float, binding: RiskLine | None,
                   f"risk may save more: sweep higher); at risk {b:g}: {slack}")
     else:
         limit = _figure(base, binding) or 0.0
-        where = f"{a:g}" if a == b else f"between {a:g} and {b:g}, linear in log risk"
+        on_row = a == b or t in (0.0, 1.0)
+        where = f"at the swept row {a if t == 0 else b:g}" if on_row else f"between {a:g} and {b:g}, linear in log risk"
         reason = f"risk {risk:.3g} ({where}): {binding.title} at {BASELINE}'s {limit:.4g}; {slack}"
     return EqualRisk(baseline=BASELINE, risk=risk, binding=binding, cpu_slack_cores=cpu, memory_slack_gib=mem,
                      cpu_slack_vs_baseline=cpu_vs, memory_slack_vs_baseline=mem_vs, lines=held, reason=reason)

@@ -67,6 +67,7 @@ def test_a_row_exactly_at_vpa_binds_at_that_risk() -> None:
     got = at_baseline_risk(sweep(metrics(0.50, 1.9, 0.14, 30.0, 1.0, 1.3)))
     assert got is not None and got.binding is RiskLine.OOMS and got.risk == pytest.approx(2.0)
     assert got.cpu_slack_cores == pytest.approx(0.30) and got.memory_slack_gib == pytest.approx(1.6)
+    assert got.reason.startswith("risk 2 (at the swept row 2): OOMs per series-day at vpa's 0.14;")
 
 
 def test_a_sweep_below_vpa_on_every_line_is_a_bound_at_its_highest_risk() -> None:
