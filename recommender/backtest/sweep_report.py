@@ -78,7 +78,7 @@ def print_sweep(result: BacktestResult, console: Console, oom_budget: float | No
     console.print(f"{result.series_days_per_s():.1f} series-days replayed per second ({result.elapsed_s:.1f} s)")
 
 
-def _row_json(row: FrontierRow) -> dict[str, Any]:
+def row_json(row: FrontierRow) -> dict[str, Any]:
     return {"row": row.label, "strategy": row.strategy, "risk": row.risk, "reference": row.reference,
             "memory_efficient": row.memory_efficient, "cpu_efficient": row.cpu_efficient,
             **row.metrics.to_dict()}
@@ -107,7 +107,7 @@ def to_json(result: BacktestResult, oom_budget: float | None) -> dict[str, Any]:
     risks = [float(dict(s.overrides)["risk"]) for s in result.strategies if s.name == SWEPT]
     out: dict[str, Any] = {"risks": risks, "oom_budget": oom_budget, "subsets": {}}
     for sub, rows in frontiers(result).items():
-        out["subsets"][sub] = {"rows": [_row_json(r) for r in rows],
+        out["subsets"][sub] = {"rows": [row_json(r) for r in rows],
                                "pick": None if oom_budget is None else _pick_json(pick(rows, oom_budget)),
                                "at_vpa_risk": equal_risk_json(at_baseline_risk(rows))}
     return out

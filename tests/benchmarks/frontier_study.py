@@ -28,7 +28,7 @@ from recommender.backtest.equal_risk import EqualRisk, RiskLine, at_baseline_ris
 from recommender.backtest.replay import ReplayConfig
 from recommender.backtest.scoring import Metrics
 from recommender.backtest.sweep import SWEPT, FrontierRow, parse_risks, sweep_specs
-from recommender.backtest.sweep_report import frontiers
+from recommender.backtest.sweep_report import frontiers, row_json
 from tests.benchmarks.results import machine_facts, write_section
 from tests.benchmarks.scale_study import TRACES, TRACES_DIR
 
@@ -55,7 +55,14 @@ def rows_of_json(doc: dict[str, Any]) -> list[FrontierRow]:
             for r in doc["sweep"]["subsets"]["all"]["rows"]]
 
 
+def rows_json(rows: tuple[FrontierRow, ...]) -> dict[str, Any]:
+    """The rows in the shape ``rows_of_json`` reads (that of ``backtest --sweep --json``)."""
+    return {"sweep": {"subsets": {"all": {"rows": [row_json(r) for r in rows]}}}}
+
+
 def replay(name: str, risks: tuple[float, ...], series: int | None, workers: int) -> TraceFrontier | None:
+    """The sweep's podtailor rows, VPA and the oracle on one trace (KRR, which the point does not need, is left
+    out to save a replay)."""
     from recommender.backtest.runner import run_trace
 
     file, cols = TRACES[name]
@@ -64,7 +71,8 @@ def replay(name: str, risks: tuple[float, ...], series: int | None, workers: int
         print(f"frontier_study: {path} is absent; {name} skipped", file=sys.stderr)
         return None
     t0 = time.perf_counter()
-    result = run_trace(path, sweep_specs(risks, {}), ReplayConfig(), columns=cols, workers=workers, limit=series)
+    specs = [s for s in sweep_specs(risks, {}) if s.name != "krr-simple"]
+    result = run_trace(path, specs, ReplayConfig(), columns=cols, workers=workers, limit=series)
     rows = tuple(frontiers(result)["all"])
     return TraceFrontier(trace=name, source=f"replayed here in {time.perf_counter() - t0:.0f} s", rows=rows,
                          equal=at_baseline_risk(rows))
@@ -100,11 +108,12 @@ def markdown_row(t: TraceFrontier) -> str:
 def markdown(found: list[TraceFrontier], facts: str) -> str:
     out = [facts, "",
            "`python -m tests.benchmarks.frontier_study`: per training trace at 1x, podtailor swept over the risk "
-           "settings listed beside VPA, KRR and the oracle (`backtest --sweep`), and the sweep's point at VPA's "
-           "risk on every line (`recommender/backtest/equal_risk.py`): the highest setting whose OOMs, CPU minutes "
-           "over the request and over the limit, and changes are each at most VPA's, with every figure linear in "
-           "log risk between two swept rows. The binding line is the one at VPA's figure there; the slack columns "
-           "are podtailor's mean slack (cores, GiB) there against VPA's. Line cells: podtailor there vs VPA.", "",
+           "settings listed beside VPA and the oracle (the rows of `backtest --sweep` but KRR's), and the sweep's "
+           "point at VPA's risk on every line (`recommender/backtest/equal_risk.py`): the highest setting whose "
+           "OOMs, CPU minutes over the request and over the limit, and changes are each at most VPA's, with every "
+           "figure linear in log risk between two swept rows. The binding line is the one at VPA's figure there; the"
+           " slack columns are podtailor's mean slack (cores, GiB) there against VPA's. Line cells: podtailor there "
+           "vs VPA.", "",
            "| trace (series) | risks swept | default (risk 1) CPU / mem slack vs VPA | setting at VPA's risk | "
            "binding line | CPU slack vs VPA | mem slack vs VPA | " + " | ".join(ln.title for ln in RiskLine) + " |",
            "|---" * (7 + len(RiskLine)) + "|"]
@@ -122,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", action="append", default=[], metavar="NAME=FILE",
                         help="a trace's rows from a `backtest --sweep --json` document instead of a replay")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json-dir", type=Path, help="write each replayed trace's rows here as NAME.json, as it ends")
     parser.add_argument("--write", action="store_true", help="write the `frontier` section of RESULTS.md")
     args = parser.parse_args(argv)
     given: dict[str, Path] = {}
@@ -135,12 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.trace or sorted(TRACES):
         if name in given:
             rows = tuple(rows_of_json(json.loads(given[name].read_text())))
-            found.append(TraceFrontier(trace=name, source=f"rows from {given[name].name}", rows=rows,
-                                       equal=at_baseline_risk(rows)))
-        elif (t := replay(name, risks, args.series, args.workers)) is not None:
+            t: TraceFrontier | None = TraceFrontier(trace=name, source=f"rows from {given[name].name}", rows=rows,
+                                                    equal=at_baseline_risk(rows))
+        else:
+            t = replay(name, risks, args.series, args.workers)
+            if t is not None and args.json_dir is not None:
+                (args.json_dir / f"{name}.json").write_text(json.dumps(rows_json(t.rows), indent=2) + "\n")
+        if t is not None:
             found.append(t)
-    for t in found:
-        print(f"{t.trace}: {t.equal.reason if t.equal else 'no VPA or podtailor row'}")
+            print(f"{t.trace}: {t.equal.reason if t.equal else 'no VPA or podtailor row'}", flush=True)
     if args.write and found:
         write_section("frontier", "podtailor at VPA's risk, per training trace at 1x (#39 item 4)",
                       markdown(found, machine_facts()))

@@ -59,3 +59,7 @@ def test_from_json_enters_the_section_through_the_same_function(tmp_path: Path, 
 def test_a_bad_from_json_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         frontier_study.main(["--from-json", "nope=x.json"])
+
+
+def test_rows_written_by_the_study_are_read_back() -> None:
+    assert tuple(frontier_study.rows_of_json(json.loads(json.dumps(frontier_study.rows_json(ROWS))))) == ROWS
