@@ -9,8 +9,10 @@ the setting is a^(1-t) b^t and each figure (1-t) x_a + t x_b. A point is within 
 most VPA's. The answer is the highest-risk point of that piecewise-linear path within VPA's risk on every line;
 the line that reaches VPA's figure there is the binding line, and its slack (CPU cores and GiB, interpolated the
 same way) is compared with VPA's. When the highest swept row is still below VPA on every line, no line binds and
-that row's slack is a bound (a higher risk may save more: sweep higher); when no swept point is within VPA's risk
-the answer names the lines that stay above it at every swept risk and the fewest seen.
+that row's slack is a bound (a higher risk may save more: sweep higher). When no swept point is within VPA's risk
+on every line, the answer names the lines that stay above it at every swept risk (with the fewest seen), sets
+them aside (``EqualRisk.set_aside``) and gives the point on the other lines, so a line no risk setting moves (on
+the Google jobs, CPU minutes over the limit) still leaves an answer for the rest, marked as such.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import enum
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from recommender.backtest.scoring import Metrics
 from recommender.backtest.sweep import SWEPT, FrontierRow
@@ -65,6 +67,9 @@ class EqualRisk:
     lines: tuple[tuple[RiskLine, float, float], ...]
     """Each line held: (line, the point's figure, the baseline's figure)."""
     reason: str
+    set_aside: tuple[RiskLine, ...] = ()
+    """Lines above the baseline's figure at every swept risk, left out: the point then holds the other lines
+    only (empty: it holds every line)."""
 
 
 def _figure(m: Metrics, line: RiskLine) -> float | None:
@@ -113,19 +118,21 @@ def _versus(value: float | None, base: float | None) -> float | None:
     return None if value is None or base is None or base <= 0 else value / base - 1.0
 
 
-def _none(base: Metrics, swept: Sequence[FrontierRow], lines: Sequence[RiskLine]) -> EqualRisk:
-    above = []
+def _always_above(base: Metrics, swept: Sequence[FrontierRow], lines: Sequence[RiskLine]) -> dict[RiskLine, str]:
+    """The lines above the baseline's figure at every swept risk, each with the fewest seen and where."""
+    above = {}
     for line in lines:
         limit = _figure(base, line) or 0.0
         low = min(swept, key=lambda r: (_figure(r.metrics, line) or 0.0, r.risk or 0.0))
         fewest = _figure(low.metrics, line) or 0.0
         if fewest > limit:
-            above.append(f"{line.title} (fewest {fewest:.4g} at risk {low.risk:g}, {BASELINE} {limit:.4g})")
-    why = "; ".join(above) if above else "the lines are within it at different risks, never at one"
+            above[line] = f"{line.title} (fewest {fewest:.4g} at risk {low.risk:g}, {BASELINE} {limit:.4g})"
+    return above
+
+
+def _none(reason: str) -> EqualRisk:
     return EqualRisk(baseline=BASELINE, risk=None, binding=None, cpu_slack_cores=None, memory_slack_gib=None,
-                     cpu_slack_vs_baseline=None, memory_slack_vs_baseline=None, lines=(),
-                     reason=f"no swept risk is within {BASELINE}'s risk on every line: above it at every swept "
-                            f"risk on {why} (sweep lower risks)")
+                     cpu_slack_vs_baseline=None, memory_slack_vs_baseline=None, lines=(), reason=reason)
 
 
 def _slack_text(cpu: float, cpu_vs: float | None, mem: float | None, mem_vs: float | None) -> str:
@@ -146,8 +153,8 @@ def _point(lo: FrontierRow, hi: FrontierRow, t: float, binding: RiskLine | None,
     cpu_vs, mem_vs = _versus(cpu, base.cpu_slack_cores), _versus(mem, base.memory_slack_gib)
     slack = _slack_text(cpu, cpu_vs, mem, mem_vs)
     if binding is None:
-        reason = (f"every swept risk up to {b:g} is within {BASELINE}'s risk on every line, so none binds (a higher "
-                  f"risk may save more: sweep higher); at risk {b:g}: {slack}")
+        reason = (f"every swept risk up to {b:g} is within {BASELINE}'s risk on every line held, so none binds "
+                  f"(a higher risk may save more: sweep higher); at risk {b:g}: {slack}")
     else:
         limit = _figure(base, binding) or 0.0
         on_row = a == b or t in (0.0, 1.0)
@@ -157,17 +164,33 @@ def _point(lo: FrontierRow, hi: FrontierRow, t: float, binding: RiskLine | None,
                      cpu_slack_vs_baseline=cpu_vs, memory_slack_vs_baseline=mem_vs, lines=held, reason=reason)
 
 
-def at_baseline_risk(rows: Sequence[FrontierRow]) -> EqualRisk | None:
-    """The sweep's highest-risk point within VPA's risk on every line (module docstring); None when the rows
-    have no VPA row or no podtailor row with a risk."""
-    base = next((r.metrics for r in rows if r.strategy == BASELINE and not r.reference), None)
-    swept = sorted((r for r in rows if r.strategy == SWEPT and r.risk is not None), key=lambda r: r.risk or 0.0)
-    if base is None or not swept:
-        return None
-    lines = _held_lines(swept, base)
+def _search(swept: Sequence[FrontierRow], base: Metrics, lines: Sequence[RiskLine]) -> EqualRisk | None:
+    """The highest-risk point within the baseline on ``lines``, scanning the segments from the top."""
     segments = list(itertools.pairwise(swept)) or [(swept[0], swept[0])]
     for lo, hi in reversed(segments):
         found = _highest_within(lo, hi, base, lines)
         if found is not None:
             return _point(lo, hi, found[0], found[1], base, lines)
-    return _none(base, swept, lines)
+    return None
+
+
+def at_baseline_risk(rows: Sequence[FrontierRow]) -> EqualRisk | None:
+    """The sweep's highest-risk point within VPA's risk on every line (module docstring); None when the rows
+    have no VPA row or no podtailor row with a risk. When no point is within VPA's risk on every line, the lines
+    above it at every swept risk are named and set aside, and the point on the other lines is given."""
+    base = next((r.metrics for r in rows if r.strategy == BASELINE and not r.reference), None)
+    swept = sorted((r for r in rows if r.strategy == SWEPT and r.risk is not None), key=lambda r: r.risk or 0.0)
+    if base is None or not swept:
+        return None
+    lines = _held_lines(swept, base)
+    found = _search(swept, base, lines)
+    if found is not None:
+        return found
+    above = _always_above(base, swept, lines)
+    why = "; ".join(above.values()) if above else "none, but the lines are within it at different risks, never at one"
+    head = f"no swept risk is within {BASELINE}'s risk on every line: above it at every swept risk on {why}"
+    rest = [line for line in lines if line not in above]
+    partial = _search(swept, base, rest) if above and rest else None
+    if partial is None:
+        return _none(f"{head} (sweep lower risks)")
+    return replace(partial, set_aside=tuple(above), reason=f"{head}; on the other lines: {partial.reason}")

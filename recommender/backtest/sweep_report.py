@@ -89,7 +89,8 @@ def _pick_json(chosen: Pick) -> dict[str, Any]:
 
 
 def equal_risk_json(equal: EqualRisk | None) -> dict[str, Any] | None:
-    """The point at VPA's risk: the setting, the binding line, the slack and each line held (field names)."""
+    """The point at VPA's risk: the setting, the binding line, the slack, each line held and the lines set aside
+    (above VPA's at every swept risk), by field name."""
     if equal is None:
         return None
     return {"baseline": equal.baseline, "risk": equal.risk,
@@ -98,6 +99,7 @@ def equal_risk_json(equal: EqualRisk | None) -> dict[str, Any] | None:
             "cpu_slack_vs_baseline": equal.cpu_slack_vs_baseline,
             "memory_slack_vs_baseline": equal.memory_slack_vs_baseline,
             "lines": {line.value: {"value": value, "baseline": base} for line, value, base in equal.lines},
+            "set_aside": [line.value for line in equal.set_aside],
             "reason": equal.reason}
 
 

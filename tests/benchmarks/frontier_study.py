@@ -98,11 +98,13 @@ def markdown_row(t: TraceFrontier) -> str:
     head = f"| {t.trace} ({series}) | {', '.join(f'{r.risk:g}' for r in swept)} | {at_default} | "
     e = t.equal
     if e is None or e.risk is None:
-        return head + "none | | | | " + " | ".join("" for _ in RiskLine) + " |"
+        return head + "none | | | | | " + " | ".join("" for _ in RiskLine) + " |"
     binding = "none (a bound)" if e.binding is None else e.binding.title
+    aside = ", ".join(line.title for line in e.set_aside) or "none"
     lines = {line: f"{value:.4g} vs {base:.4g}" for line, value, base in e.lines}
-    return (head + f"{e.risk:.3g} | {binding} | {_pct(e.cpu_slack_vs_baseline)} | "
-            f"{_pct(e.memory_slack_vs_baseline)} | " + " | ".join(lines.get(ln, "n/a") for ln in RiskLine) + " |")
+    return (head + f"{e.risk:.3g} | {aside} | {binding} | {_pct(e.cpu_slack_vs_baseline)} | "
+            f"{_pct(e.memory_slack_vs_baseline)} | " + " | ".join(lines.get(ln, "above at every risk")
+                                                                    for ln in RiskLine) + " |")
 
 
 def markdown(found: list[TraceFrontier], facts: str) -> str:
@@ -113,10 +115,12 @@ def markdown(found: list[TraceFrontier], facts: str) -> str:
            "OOMs, CPU minutes over the request and over the limit, and changes are each at most VPA's, with every "
            "figure linear in log risk between two swept rows. The binding line is the one at VPA's figure there; the"
            " slack columns are podtailor's mean slack (cores, GiB) there against VPA's. Line cells: podtailor there "
-           "vs VPA.", "",
+           "vs VPA. A line above VPA's at every swept risk is set aside and named, and the point is then the one "
+           "on the other lines: no risk setting reaches VPA's risk on that line.", "",
            "| trace (series) | risks swept | default (risk 1) CPU / mem slack vs VPA | setting at VPA's risk | "
-           "binding line | CPU slack vs VPA | mem slack vs VPA | " + " | ".join(ln.title for ln in RiskLine) + " |",
-           "|---" * (7 + len(RiskLine)) + "|"]
+           "lines set aside (above VPA at every risk) | binding line | CPU slack vs VPA | mem slack vs VPA | "
+           + " | ".join(ln.title for ln in RiskLine) + " |",
+           "|---" * (8 + len(RiskLine)) + "|"]
     out += [markdown_row(t) for t in found]
     out.append("")
     out += [f"- {t.trace} ({t.source}): {t.equal.reason if t.equal else 'no VPA or podtailor row'}." for t in found]

@@ -77,12 +77,26 @@ def test_a_sweep_below_vpa_on_every_line_is_a_bound_at_its_highest_risk() -> Non
     assert "none binds" in got.reason and "sweep higher" in got.reason
 
 
-def test_no_point_when_one_line_is_above_vpa_at_every_risk_and_it_says_which() -> None:
+def test_a_line_above_vpa_at_every_risk_is_named_and_set_aside_for_the_point_on_the_others() -> None:
     got = at_baseline_risk(sweep(over_limit=(1.6, 1.7, 1.9, 2.4)))  # VPA: 1.0 minute over the limit a day
-    assert got is not None and got.risk is None and got.binding is None and got.cpu_slack_cores is None
-    assert "CPU minutes over the limit per day (fewest 1.6 at risk 0.5, vpa 1)" in got.reason
-    assert "OOMs" not in got.reason  # the other lines are within VPA's at risk 0.5
-    assert "sweep lower risks" in got.reason
+    assert got is not None and got.set_aside == (RiskLine.CPU_OVER_LIMIT,)
+    assert got.reason.startswith("no swept risk is within vpa's risk on every line: above it at every swept risk on "
+                                 "CPU minutes over the limit per day (fewest 1.6 at risk 0.5, vpa 1); on the other "
+                                 "lines: risk 1.26 (between 1 and 2, linear in log risk): OOMs per series-day")
+    # On the other three lines the point is the one of the first test: OOMs bind at 2^(1/3).
+    assert got.binding is RiskLine.OOMS and got.risk == pytest.approx(2.0 ** (1 / 3))
+    assert [line for line, *_ in got.lines] == [RiskLine.OOMS, RiskLine.CPU_OVER_REQUEST, RiskLine.CHANGES]
+
+
+def test_no_point_when_every_line_is_above_vpa_or_the_lines_are_within_it_at_different_risks() -> None:
+    above = at_baseline_risk(sweep(metrics(0.5, 1.9, 0.01, 1.0, 0.01, 0.5)))  # every line above at every risk
+    assert above is not None and above.risk is None and above.cpu_slack_cores is None and above.lines == ()
+    assert "OOMs per series-day (fewest 0.05 at risk 0.5, vpa 0.01)" in above.reason
+    assert above.reason.endswith("changes per series-day (fewest 1 at risk 0.5, vpa 0.5) (sweep lower risks)")
+    # Over the limit within VPA's only at risk 4, OOMs only up to risk 1.26: each line within it somewhere.
+    apart = at_baseline_risk(sweep(over_limit=(3.0, 3.0, 2.0, 0.5)))
+    assert apart is not None and apart.risk is None and apart.set_aside == ()
+    assert "none, but the lines are within it at different risks, never at one (sweep lower risks)" in apart.reason
 
 
 def test_the_highest_point_within_is_taken_when_a_line_falls_back_below_vpa() -> None:
@@ -118,7 +132,8 @@ def test_one_swept_row_is_its_own_point_or_none() -> None:
     got = at_baseline_risk(one)
     assert got is not None and got.risk == 1.0 and got.binding is None
     over = at_baseline_risk([swept(1.0, metrics(0.35, 2.0, 0.2, 22.0, 0.2, 1.1)), other("vpa", VPA)])
-    assert over is not None and over.risk is None and "OOMs per series-day (fewest 0.2 at risk 1" in over.reason
+    assert over is not None and over.set_aside == (RiskLine.OOMS,) and over.risk == 1.0 and over.binding is None
+    assert "OOMs per series-day (fewest 0.2 at risk 1, vpa 0.1); on the other lines: every swept risk" in over.reason
 
 
 figures = st.lists(st.floats(min_value=0.0, max_value=10.0), min_size=4, max_size=4)
@@ -133,17 +148,22 @@ def test_the_point_is_within_vpa_on_every_line_and_at_it_on_the_binding_one(
             for i, r in enumerate((0.25, 1.0, 2.0, 4.0))]
     got = at_baseline_risk([*rows, other("vpa", vpa)])
     assert got is not None
-    if got.risk is None:
-        # No point: then no swept row is within VPA's risk on every line either.
+    if got.risk is None or got.set_aside:
+        # No point on every line: then no swept row is within VPA's risk on every line either, and each line set
+        # aside is above VPA's at every swept risk.
         assert all(any(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in RiskLine) for r in rows)
+        assert all(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in got.set_aside for r in rows)
+    if got.risk is None:
         return
+    held = [line for line, *_ in got.lines]
+    assert set(held) | set(got.set_aside) == set(RiskLine) and not set(held) & set(got.set_aside)
     assert 0.25 <= got.risk <= 4.0 + 1e-9
     for line, value, base in got.lines:
         assert value <= base + 1e-9 * max(1.0, base), line
     if got.binding is not None:
         value, base = next((v, b) for ln, v, b in got.lines if ln is got.binding)
         assert math.isclose(value, base, rel_tol=1e-9, abs_tol=1e-9)
-    # No swept row above the point is within VPA's risk on every line.
+    # No swept row above the point is within VPA's risk on every line held.
     for r in rows:
         if (r.risk or 0.0) > got.risk * (1 + 1e-9):
-            assert any(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in RiskLine)
+            assert any(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in held)

@@ -41,7 +41,7 @@ def test_a_trace_line_gives_the_default_and_the_point_at_vpa_risk() -> None:
     # OOMs reach VPA's 0.2 half way from risk 1 (0.1) to 2 (0.3): risk sqrt(2) = 1.41, CPU slack 0.25 (-50% vs
     # 0.5), memory 1.5 (-40% vs 2.5); the default (risk 1) has 0.3 and 2.0: -40% and -20%.
     assert frontier_study.markdown_row(t) == (
-        "| t1 (7) | 1, 2 | -40.0% / -20.0% | 1.41 | OOMs per series-day | -50.0% | -40.0% | 0.2 vs 0.2 | "
+        "| t1 (7) | 1, 2 | -40.0% / -20.0% | 1.41 | none | OOMs per series-day | -50.0% | -40.0% | 0.2 vs 0.2 | "
         "22.5 vs 30 | 0 vs 0 | 1 vs 2 |")
 
 
@@ -53,7 +53,7 @@ def test_from_json_enters_the_section_through_the_same_function(tmp_path: Path, 
     monkeypatch.setattr(frontier_study, "write_section", lambda name, title, body: written.update({name: body}))
     assert frontier_study.main(["--trace", "google-odd", "--from-json", f"google-odd={doc}", "--write"]) == 0
     assert "google-odd: risk 1.41 (between 1 and 2, linear in log risk)" in capsys.readouterr().out
-    assert "| google-odd (7) | 1, 2 | -40.0% / -20.0% | 1.41 | OOMs per series-day |" in written["frontier"]
+    assert "| google-odd (7) | 1, 2 | -40.0% / -20.0% | 1.41 | none | OOMs per series-day |" in written["frontier"]
 
 
 def test_a_bad_from_json_is_a_usage_error() -> None:
