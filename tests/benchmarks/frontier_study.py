@@ -17,6 +17,7 @@ same function). Nothing is averaged over traces.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 import time
@@ -159,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             found.append(t)
             print(f"{t.trace}: {t.equal.reason if t.equal else 'no VPA or podtailor row'}", flush=True)
     if args.write and found:
+        facts = machine_facts() if len(given) < len(found) else (
+            f"Written {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC from saved sweep rows (--from-json): the machine "
+            "and the time of each run are noted beside this section.")
         write_section("frontier", "podtailor at VPA's risk, per training trace at 1x (#39 item 4)",
-                      markdown(found, machine_facts()))
+                      markdown(found, facts))
     return 0
 
 

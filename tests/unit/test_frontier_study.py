@@ -54,6 +54,7 @@ def test_from_json_enters_the_section_through_the_same_function(tmp_path: Path, 
     assert frontier_study.main(["--trace", "google-odd", "--from-json", f"google-odd={doc}", "--write"]) == 0
     assert "google-odd: risk 1.41 (between 1 and 2, linear in log risk)" in capsys.readouterr().out
     assert "| google-odd (7) | 1, 2 | -40.0% / -20.0% | 1.41 | none | OOMs per series-day |" in written["frontier"]
+    assert "UTC from saved sweep rows (--from-json)" in written["frontier"]  # not this machine's facts
 
 
 def test_a_bad_from_json_is_a_usage_error() -> None:
