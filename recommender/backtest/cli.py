@@ -11,8 +11,9 @@ history), replayed by ``runner.run_history``; with several kube contexts (``--co
 every cluster's history in the one store, read in one many-cluster pass (``recommender.report.clusters``), its
 series named ``context/namespace``. A Prometheus that cannot be read exits 1, with nothing written. With
 ``--sweep`` the run replays podtailor at each risk setting of ``--sweep-values`` beside vpa and krr-simple
-(``sweep.sweep_specs``) and prints the frontier table, and with ``--oom-budget`` the risk it would pick
-(``sweep_report``); a budget that no swept risk meets is an answer (exit 0), not an error.
+(``sweep.sweep_specs``) and prints the frontier table, the point of the sweep at VPA's risk on every line
+(``equal_risk``), and with ``--oom-budget`` the risk it would pick (``sweep_report``); a budget that no swept risk
+meets is an answer (exit 0), not an error.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def add_backtest_parser(subparsers: Any) -> argparse.ArgumentParser:
     sweep = p.add_argument_group("risk sweep (choose podtailor's risk setting on this history)")
     sweep.add_argument("--sweep", action="store_true",
                        help="replay podtailor at each --sweep-values risk setting, and vpa and krr-simple once, "
-                            "and print the frontier (slack against OOMs and against CPU minutes over the request); "
+                            "and print the frontier (slack against OOMs and against CPU minutes over the request) "
+                            "and its slack at VPA's risk on every line; "
                             "replaces --strategies; --set still applies to those three")
     sweep.add_argument("--sweep-values", metavar="R1,R2,...",
                        help=f"risk settings to replay (default {','.join(f'{r:g}' for r in DEFAULT_RISKS)}; "

@@ -15,6 +15,7 @@ from tests.benchmarks import (
     bench_updater,
     bench_vpa,
     calibration_study,
+    frontier_study,
     scale_study,
 )
 
@@ -28,6 +29,8 @@ def main() -> int:
         module.main([])
     print("benchmark scale (every training trace at 0.1x, 1x, 10x) ...", file=sys.stderr, flush=True)
     scale_study.main(["--write"])
+    print("benchmark frontier (podtailor at VPA's risk, every training trace at 1x) ...", file=sys.stderr, flush=True)
+    frontier_study.main(["--write"])
     print("benchmark calibration (the risk budget on every training trace at 1x) ...", file=sys.stderr, flush=True)
     calibration_study.main(["--write"])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)

@@ -140,6 +140,17 @@ def test_sweep_replays_each_risk_beside_vpa_and_krr(tmp_path: Path, trace: Path,
     assert picked["risk"] == chosen["risk"] and f"risk {chosen['risk']:g}: " in printed
     assert picked["memory_slack_gib"] == min(r["memory_slack_gib"] for r in rows[:3])
     assert doc["strategies"]["podtailor risk=2"]["parameters"]["risk"] == 2.0
+    equal = sweep["subsets"]["all"]["at_vpa_risk"]
+    said = " ".join(f"at vpa's risk on every line (OOMs, CPU minutes over the request and over the limit, "
+                    f"changes): {equal['reason']}".split())
+    assert equal["baseline"] == "vpa" and said in " ".join(printed.split())  # the table wraps long lines
+    vpa = next(r for r in rows if r["row"] == "vpa")
+    assert set(equal["lines"]) == {"ooms_per_series_day", "cpu_over_request_min_per_day",
+                                   "cpu_over_limit_min_per_day", "changes_per_series_day"}
+    assert all(v["baseline"] == vpa[k] for k, v in equal["lines"].items())
+    if equal["risk"] is not None:
+        assert 0.5 <= equal["risk"] <= 2.0 and all(v["value"] <= v["baseline"] for v in equal["lines"].values())
+        assert equal["cpu_slack_vs_baseline"] == pytest.approx(equal["cpu_slack_cores"] / vpa["cpu_slack_cores"] - 1)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The sweep's risk 1 row is the default strategy's row of a plain run on the same trace.
     plain = tmp_path / "p.json"
