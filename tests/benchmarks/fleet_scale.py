@@ -2,7 +2,7 @@
 
 Owns the scale mode of the recommender bench (issue #40, deliverable 3). Each size gets a fresh local Prometheus
 backfilled at the finest query step for ``--days`` (a fraction of a day is allowed: 100,000 containers at a
-1-minute resolution make about 14 GiB of OpenMetrics per hour). The OpenMetrics is written in parts of whole
+1-minute resolution make about 12 GiB of OpenMetrics per hour). The OpenMetrics is written in parts of whole
 namespaces, each part fed to ``promtool`` and deleted before the next is written, so the disk never holds more
 than one part (about ``PART_BYTES``, and as much again in the exporter's spill files); the overlapping blocks are
 left to Prometheus' own vertical compaction, which the bench waits for before it measures. Then, in fresh
@@ -318,7 +318,7 @@ def report(raw: dict[str, Any]) -> str:
     intro = (
         f"History: **{days * 24:g} hour{'' if round(days * 24) == 1 else 's'}** (not 8 days: 100,000 containers "
         f"at a {finest // 60}-minute resolution make "
-        "about 14 GiB of OpenMetrics per hour of history on a machine with ~50 GiB free and 2 cores shared by six "
+        "about 12 GiB of OpenMetrics per hour of history on a machine with ~50 GiB free and 2 cores shared by six "
         f"engineers), backfilled at a {finest // 60}-minute resolution with `promtool tsdb create-blocks-from "
         "openmetrics` in parts of whole namespaces, each part deleted once read; Prometheus then merged the "
         "overlapping blocks before anything was measured. The fleet is the recommender bench's (Deployments of 3 "
