@@ -210,8 +210,10 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
     baseline = _vm()
     session = _RecordingSession()
-    config = PrometheusConfig(url=spec["url"], step_s=STEP_S, scrape_interval_s=STEP_S, retries=0,
-                              timeout_s=spec["timeout_s"])
+    step_s = int(spec.get("step_s", STEP_S))
+    history_s = float(spec.get("history_s", DAYS * 86400))
+    config = PrometheusConfig(url=spec["url"], step_s=step_s, scrape_interval_s=float(spec.get("scrape_s", step_s)),
+                              retries=0, timeout_s=spec["timeout_s"])
     source = PrometheusSource(config, registry=CollectorRegistry(), session=session)
     strategy = get_strategy("podtailor")
     states: dict[ContainerKey, ContainerState] = {}
@@ -221,6 +223,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
     def one_pass(name: str, start_s: float, end_s: float) -> None:
         requests_before, http_before, sent_before = source.request_count, session.http_s, len(session.sent)
+        prom_cpu_before = prometheus_cpu_s(spec["url"])
         t0 = time.monotonic()
         batches = source.history(namespaces, start_s, end_s)
         t1 = time.monotonic()
@@ -237,19 +240,66 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         out[name] = {"wall_s": t2 - t0, "history_s": t1 - t0, "http_s": session.http_s - http_before,
                      "model_s": t2 - t1, "requests": source.request_count - requests_before,
                      "batches": len(batches), "recommended": recommended, "samples": samples,
-                     "peak_rss": _vm(), "sent": session.sent[sent_before:]}
+                     "peak_rss": _vm(), "sent": session.sent[sent_before:],
+                     "prometheus_cpu_s": prometheus_cpu_s(spec["url"]) - prom_cpu_before}
 
     end_s: float = spec["end_s"]
-    one_pass("cold", end_s - DAYS * 86400, end_s - STEP_S)
+    one_pass("cold", end_s - history_s, end_s - step_s)
+    cold_targets = _targets(strategy, states, end_s - step_s, policy, current)
+    if spec.get("checkpoints"):
+        out["checkpoints"] = checkpoint_bytes(strategy, states, end_s - step_s)
     out["hwm_reset"] = _reset_hwm()
     out["rss_before_incremental"] = _vm("VmRSS")
-    one_pass("incremental", end_s - STEP_S, end_s)
+    one_pass("incremental", end_s - step_s, end_s)
+    out["changed_workloads"] = len({(k.namespace, k.workload_name) for k, target in
+                                    _targets(strategy, states, end_s, policy, current).items()
+                                    if cold_targets.get(k) != target})
     source.close()
     return out
 
 
-def _run_child(url: str, namespaces: Sequence[str], end_s: float, timeout_s: float) -> dict[str, Any]:
-    spec = {"url": url, "namespaces": list(namespaces), "end_s": end_s, "timeout_s": timeout_s}
+def _targets(strategy: Any, states: dict[Any, Any], now_s: float, policy: Any, current: Any) -> dict[Any, Any]:
+    """Each key's recommendation (what the engine would write into its VPA's status)."""
+    return {key: strategy.recommend(state, now_s=now_s, policy=policy, current=current)[0]
+            for key, state in states.items()}
+
+
+def prometheus_cpu_s(url: str) -> float:
+    """The server's own ``process_cpu_seconds_total`` from its ``/metrics`` (user + system CPU since start)."""
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith("process_cpu_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError(f"{url}/metrics has no process_cpu_seconds_total")
+
+
+def checkpoint_bytes(strategy: Any, states: dict[Any, Any], history_until_s: float) -> dict[str, int]:
+    """The RecommenderCheckpoint objects the engine would write, one per VPA (one VPA per Deployment here),
+    built with the engine's own ``checkpoint_spec`` in the body ``KubeAdapter.save_checkpoint`` sends, and
+    serialised as compact JSON (what the API server stores, before its own metadata such as managedFields)."""
+    from podtailor.vpa import GROUP, VERSION
+    from recommender.kube.checkpoint import checkpoint_spec
+    from recommender.kube.cluster import CHECKPOINT_GROUP, CHECKPOINT_VERSION
+
+    by_vpa: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, state in states.items():
+        by_vpa.setdefault((key.namespace, key.workload_name), {})[key.container] = state
+    total = largest = 0
+    for (namespace, name), vpa_states in by_vpa.items():
+        body = {"apiVersion": f"{CHECKPOINT_GROUP}/{CHECKPOINT_VERSION}", "kind": "RecommenderCheckpoint",
+                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [
+                    {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VerticalPodAutoscaler", "name": name,
+                     "uid": "00000000-0000-0000-0000-000000000000"}]},
+                "spec": checkpoint_spec(strategy, vpa_states, history_until_s)}
+        size = len(json.dumps(body, separators=(",", ":")).encode())
+        total, largest = total + size, max(largest, size)
+    return {"objects": len(by_vpa), "keys": len(states), "bytes": total, "largest": largest}
+
+
+def _run_child(url: str, namespaces: Sequence[str], end_s: float, timeout_s: float, **extra: Any) -> dict[str, Any]:
+    """``extra``: step_s, scrape_s and history_s (default: this bench's 15-minute step over 8 days) and
+    checkpoints (True: also size the checkpoints the cold pass would write)."""
+    spec = {"url": url, "namespaces": list(namespaces), "end_s": end_s, "timeout_s": timeout_s, **extra}
     done = subprocess.run([sys.executable, "-m", "tests.benchmarks.bench_recommender", CHILD_FLAG, json.dumps(spec)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=PASS_TIMEOUT_S, check=False)
     if done.returncode != 0:
@@ -448,7 +498,26 @@ def main(argv: list[str] | None = None, *, write: Callable[[str, str, str], None
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per size after a warm-up")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
     parser.add_argument("--no-write", action="store_true", help="print the table only, do not touch RESULTS.md")
+    parser.add_argument("--days", type=float, default=None,
+                        help="scale mode (tests/benchmarks/fleet_scale.py): backfill this many days (0.25: 6 hours) "
+                             "at the finest of --steps and measure each step, the checkpoints and the shards")
+    parser.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=[300, 60],
+                        help="scale mode: comma-separated query steps in seconds (default 300,60)")
+    parser.add_argument("--shards", type=int, default=4, help="scale mode: one pass per shard of this many")
+    parser.add_argument("--raw", type=Path, default=None, help="scale mode: also keep the raw measurements here")
+    parser.add_argument("--report-from", type=Path, default=None,
+                        help="scale mode: write the section from raw measurements kept by --raw, measuring nothing")
     args = parser.parse_args(args_in)
+    if args.days is not None or args.report_from is not None:
+        from tests.benchmarks import fleet_scale
+
+        raw = (json.loads(args.report_from.read_text()) if args.report_from is not None else
+               fleet_scale.run(args.sizes, args.days, args.steps, args.shards, args.timeout, args.raw))
+        body = fleet_scale.report(raw)
+        print(body)
+        if not args.no_write:
+            write("recommender-fleet", "Recommender at 100,000 containers", body)
+        return
     body = run(args.sizes, args.rounds, args.timeout)
     print(body)
     if not args.no_write:
