@@ -12,8 +12,10 @@ every pod.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from tests.conftest import SimFactory
 from tests.harness.cluster import kubectl_bin
 from tests.harness.prometheus import LocalPrometheus
 from tests.integration.test_report_real import (
+    POOL_KEY,
     SIDECAR_USAGE,
     USAGE,
     WORKLOADS,
@@ -231,4 +234,22 @@ def test_patches_applied_leave_the_updater_nothing_to_resize(
     assert sorted(d.workload_name for d in after) == sorted(NAMES)
     assert all(d.action == Action.SKIP and d.reason.value == "within-bounds" for d in after), [
         (d.workload_name, d.action.value, d.reason.value, d.message) for d in after]
+
+    # The same through the command: `podtailor-updater plan` under a policy for this namespace that would plan
+    # a fresh pod and any difference at all (minPodAge 0s, changeThreshold 0) resizes none of them.
+    custom, policy = client.CustomObjectsApi(api), f"{ns}-patches"[:63]
+    custom.create_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", {
+        "apiVersion": "podtailor.io/v1alpha1", "kind": "ResizePolicy", "metadata": {"name": policy},
+        "spec": {"namespaces": [ns], "minPodAge": "0s", "changeThreshold": 0}})
+    try:
+        out = subprocess.run([sys.executable, "-m", "updater", "plan", "--kubeconfig", cluster.kubeconfig, "-n", ns,
+                              "--pool-label", POOL_KEY, "-o", "json"], capture_output=True, text=True, timeout=120,
+                             check=False)
+    finally:
+        custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", policy)
+    assert out.returncode == 0, out.stderr
+    [mine] = [p for p in json.loads(out.stdout)["plans"] if p["policy"] == policy]
+    assert sorted(d["workload"].split("/")[1] for d in mine["decisions"]) == sorted(NAMES)
+    assert all(d["action"] == "skip" and d["reason"] == "within-bounds" for d in mine["decisions"]), mine
+    assert mine["batches"] == []
 
