@@ -227,6 +227,7 @@ NEEDS: dict[str, list[tuple[str, ...]]] = {
         ("update", "verticalpodautoscalers", VPA, "*", "web", "status"),
         ("get", "recommendercheckpoints", PT, "*"), ("create", "recommendercheckpoints", PT, "*"),
         ("patch", "recommendercheckpoints", PT, "*", "web"), ("list", "pods", "", ""),
+        ("list", "nodes", "", ""), ("patch", "verticalpodautoscalers", VPA, "*", "web"),  # a DaemonSet's pools
         ("get", "deployments", "apps", "*"), ("get", "statefulsets", "apps", "*"), ("get", "daemonsets", "apps", "*"),
         ("get", "replicasets", "apps", "*"), ("get", "jobs", "batch", "*"), ("get", "cronjobs", "batch", "*"),
         ("create", "leases", "coordination.k8s.io", NS),
@@ -248,7 +249,8 @@ NEEDS: dict[str, list[tuple[str, ...]]] = {
     "podtailor-webhook": [
         ("get", "verticalpodautoscalers", VPA, "*"), ("list", "verticalpodautoscalers", VPA, ""),
         ("watch", "verticalpodautoscalers", VPA, ""), ("get", "replicasets", "apps", "*"),
-        ("get", "deployments", "apps", "*"), ("list", "limitranges", "", "")],
+        ("get", "deployments", "apps", "*"), ("list", "limitranges", "", ""),
+        ("list", "nodes", "", "")],  # a new DaemonSet pod's pool
 }
 NEVER_ANY = [  # forbidden for every podtailor ServiceAccount
     ("get", "secrets", "", "*"), ("list", "secrets", "", ""), ("get", "secrets", "", NS),
@@ -270,8 +272,7 @@ NEVER_ANY = [  # forbidden for every podtailor ServiceAccount
 NEVER: dict[str, list[tuple[str, ...]]] = {
     "podtailor-recommender": [
         ("patch", "pods", "", "*", "web-1", "resize"), ("create", "pods", "", "*", "web-1", "eviction"),
-        ("create", "resizerollouts", PT, ""), ("update", "leases", "coordination.k8s.io", NS, "podtailor-updater"),
-        ("list", "nodes", "", "")],
+        ("create", "resizerollouts", PT, ""), ("update", "leases", "coordination.k8s.io", NS, "podtailor-updater")],
     "podtailor-updater": [
         ("update", "verticalpodautoscalers", VPA, "*", "web", "status"), ("create", "recommendercheckpoints", PT, "*"),
         ("update", "resizerollouts", PT, "", "r1"), ("patch", "statefulsets", "apps", "*", "db"),
