@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from podtailor.kube.errors import KubeError
+from podtailor.kube.names import is_dns_label
 from podtailor.runtime.cli import UsageError
 from recommender.sources.config import PrometheusConfig
-from recommender.sources.discover import Candidate, Service, candidates, is_dns_label, proxy_url, service_of
+from recommender.sources.discover import Candidate, Service, candidates, proxy_url, service_of
 
 log = logging.getLogger("podtailor.report")
 Obj = dict[str, Any]

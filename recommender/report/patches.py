@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from podtailor.kube.names import is_dns_label, is_dns_subdomain
 from podtailor.resize import changes as ch
 from podtailor.resources import Resources, quantities
 from recommender.recommend import has_target
@@ -50,10 +50,6 @@ _POD_SPEC: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "Pod": ("v1", ("spec",)),
 }
 """Kind -> (apiVersion, path from the object to its pod spec)."""
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
-"""A DNS-1123 label, as namespaces are (k8s.io/apimachinery/pkg/util/validation, ``IsDNS1123Label``)."""
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
-"""A DNS-1123 subdomain, as workload names are (``IsDNS1123Subdomain``, at most 253 characters)."""
 _NAME_MAX = 255
 """Bytes in a file name on Linux and macOS file systems."""
 
@@ -101,7 +97,7 @@ def skip_reason(w: WorkloadReport) -> Skip | None:
         return Skip.UNSUPPORTED_KIND
     if w.pool_row:  # the updater and the webhook give each pod its own pool's value instead
         return Skip.PER_POOL
-    if not _LABEL.fullmatch(w.namespace) or len(w.name) > 253 or not _SUBDOMAIN.fullmatch(w.name):
+    if not is_dns_label(w.namespace) or not is_dns_subdomain(w.name):
         return Skip.UNSAFE_NAME
     if any(container_entry(c) is not None for c in w.containers):
         return Skip.POD_LEVEL_LIMIT if w.pod_level is not None and w.pod_level.refused else None

@@ -12,11 +12,12 @@ fails the check is no candidate. Pure: the listing and the credentials live in `
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 from urllib.parse import quote
+
+from podtailor.kube.names import is_dns_label
 
 
 class Backend(enum.Enum):
@@ -83,7 +84,6 @@ RULES: tuple[Rule, ...] = (
 
 PREFERRED_PORT_NAMES = ("http-web", "web", "http", "http-api", "http-query", "http-metrics")
 """A Service with several ports is reached on the first of these names it has, else on its first port."""
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _MAX_PORT = 65535
 
 
@@ -141,11 +141,6 @@ def _port(raw: Any) -> Port | None:
     if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= _MAX_PORT:
         return None
     return Port(name=str(raw.get("name") or ""), number=number, app_protocol=str(raw.get("appProtocol") or ""))
-
-
-def is_dns_label(value: object) -> TypeGuard[str]:
-    """An RFC 1123 label (what namespace and Service names are): lower-case, digits and ``-``, 1 to 63."""
-    return isinstance(value, str) and _DNS1123_LABEL.fullmatch(value) is not None
 
 
 def _matches(rule: Rule, service: Service) -> bool:
