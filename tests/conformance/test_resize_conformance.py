@@ -258,6 +258,13 @@ def test_allocatable_window_is_deferred_never_infeasible(
                       and "capacity: 1500" in (c.message or "") and c, timeout_s=30)
     assert cond.reason == "Deferred"
     assert cond.message == "Node didn't have enough resource: cpu, requested: 2000, used: 100, capacity: 1500"
+    # The message above comes from the retry when the filler terminates; the node retries once more when its
+    # own watch sees the filler's object removed (kubelet's HandlePodRemoves). That retry must land before
+    # allocatable rises again, or it (not the triggers below) would admit the resize: wait for the object to
+    # be gone, then give the node's watch a moment to deliver the DELETE.
+    eventually("filler removed from the API", lambda: _gone(core, namespace, "filler"), timeout_s=60)
+    time.sleep(2)
+    assert condition(core.read_namespaced_pod("p", namespace), "PodResizePending").reason == "Deferred"
     backend.set_allocatable(cpu_millicores=4000, memory_bytes=8 * 2**30)
     eventually("allocatable 4 published", lambda: core.read_node(backend.node).status.allocatable["cpu"] == "4",
                timeout_s=20)
@@ -351,3 +358,13 @@ def test_pod_level_resources_resize_in_place(real_kubelet: NodeBackend, core: cl
     assert dict(pod.status.allocated_resources) == {"cpu": "1500m", "memory": "128Mi"}
     app = status_of(pod, "app")
     assert app.restart_count == 0 and app.allocated_resources is None
+
+
+def _gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
