@@ -4,7 +4,8 @@ Owns the conversion from the ``data.result`` of query and query_range responses 
 rule for bad values (NaN, +-Inf and negative samples are dropped and counted by reason, never replaced
 by zeros), the client-side counting of OOM events from a counter sampled at each step, and the pooling
 of per-pod series into one ``UsageBatch`` per workload container (all pods of a workload, across
-ReplicaSet generations, under one ``ContainerKey``). A key with no sample at all gets no batch. Pure.
+ReplicaSet generations, under one ``ContainerKey``). A key with no sample at all gets no batch; pooled
+times equal to ones already pooled in the same call are shared, read-only (``_SharedTimes``). Pure.
 """
 
 from __future__ import annotations
@@ -189,6 +190,32 @@ def _pool_by_pod(parts: list[tuple[int, Samples]]) -> tuple[Samples, PodIndex]:
     return Samples(timestamps_s=ts[order], values=values[order]), index[order]
 
 
+class _SharedTimes:
+    """Pooled sample times, each distinct array kept once: containers read over the same grid have equal
+    times, and a report keeps every batch until its end, so sharing them halves what a full-resolution history
+    holds (krr-simple's 8 days at the step, #40). A shared array is made read-only, so that no holder can
+    change another's times; values are never shared."""
+
+    CANDIDATES = 4
+    """Arrays kept per (length, first, last) time: a bound on the comparisons per pooled array."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, float, float], list[FloatArray]] = {}
+
+    def __call__(self, samples: Samples) -> Samples:
+        times = samples.timestamps_s
+        if not times.size:
+            return samples
+        known = self._seen.setdefault((times.size, float(times[0]), float(times[-1])), [])
+        for same in known:
+            if np.array_equal(same, times):
+                return Samples(timestamps_s=same, values=samples.values)
+        if len(known) < self.CANDIDATES:
+            times.setflags(write=False)
+            known.append(times)
+        return samples
+
+
 def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_interval_s: float,
                   memory_interval_s: float, per_pod_memory: bool = False,
                   pools: Mapping[tuple[str, str], str] | None = None) -> dict[ContainerKey, UsageBatch]:
@@ -197,7 +224,7 @@ def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_inte
     pod) -> node pool) also counts under its pool's key (``ContainerKey.pool``).
 
     Takes ``usage`` over and leaves it empty: each key's pod series are let go as soon as they are pooled,
-    so a pass never holds the whole history twice (per pod and pooled)."""
+    so a pass never holds the whole history twice (per pod and pooled); equal pooled times are one array."""
     grouped: dict[ContainerKey, list[tuple[str, PodUsage]]] = {}
     for (namespace, pod, container), pod_usage in sorted(usage.items()):
         workload = owners.workload(namespace, pod)
@@ -208,19 +235,20 @@ def build_batches(usage: dict[PodKey, PodUsage], owners: OwnerIndex, *, cpu_inte
         if pool:
             grouped.setdefault(replace(key, pool=pool), []).append((pod, pod_usage))
     usage.clear()
+    shared = _SharedTimes()
     out: dict[ContainerKey, UsageBatch] = {}
     for key in list(grouped):
         named = grouped.pop(key)
         names, pods = tuple(n for n, _ in named), [p for _, p in named]
         del named
-        cpu = _pool([s for p in pods for s in p.cpu])
+        cpu = shared(_pool([s for p in pods for s in p.cpu]))
         pod_index: PodIndex | None = None
         if per_pod_memory:
             memory, pod_index = _pool_by_pod([(i, s) for i, p in enumerate(pods) for s in p.memory])
         else:
-            memory = _pool([s for p in pods for s in p.memory])
+            memory = shared(_pool([s for p in pods for s in p.memory]))
         throttled = any(bool((s.values > 0).any()) for p in pods for s in p.throttle)  # all zeros: no news
-        throttle = _pool([_throttle_at_cpu_steps(p) for p in pods]) if throttled else Samples.empty()
+        throttle = shared(_pool([_throttle_at_cpu_steps(p) for p in pods])) if throttled else Samples.empty()
         ooms = tuple(sorted((o for p in pods for o in p.ooms), key=lambda o: o.timestamp_s))
         del pods
         if len(cpu) == 0 and len(memory) == 0 and len(throttle) == 0 and not ooms:

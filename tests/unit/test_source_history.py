@@ -350,6 +350,25 @@ def test_throttling_read_sparsely_stands_beside_each_pods_own_cpu_samples() -> N
     assert len(db.cpu_throttled_fraction) == 0  # zeros only: the same as no throttling read
 
 
+def test_build_batches_shares_equal_times_read_only_and_never_values() -> None:
+    """Containers read over the same grid keep one array of times between them (a report holds every batch
+    to its end); times that differ, and every value array, stay their own."""
+    owners = OwnerIndex(pods={("shop", f"{n}-1"): Workload(kind="StatefulSet", name=n) for n in ("a", "b", "c")})
+    usage = {("shop", "a-1", "app"): PodUsage(cpu=[_samples([0.1, 0.2])], memory=[_samples([5, 6])]),
+             ("shop", "b-1", "app"): PodUsage(cpu=[_samples([0.3, 0.4])], memory=[_samples([7, 8])]),
+             ("shop", "c-1", "app"): PodUsage(cpu=[_samples([0.5, 0.6], start=T0 + 30)])}
+    batches = build_batches(usage, owners, cpu_interval_s=60, memory_interval_s=60)
+    a, b, c = (batches[ContainerKey(namespace="shop", workload_kind="StatefulSet", workload_name=n, container="app")]
+               for n in ("a", "b", "c"))
+    assert b.cpu_cores.timestamps_s is a.cpu_cores.timestamps_s
+    assert a.memory_peak_bytes.timestamps_s is a.cpu_cores.timestamps_s  # [T0, T0 + 60] both
+    assert c.cpu_cores.timestamps_s.tolist() == [T0 + 30, T0 + 90]  # other times: its own array
+    assert b.cpu_cores.values.tolist() == [0.3, 0.4] and a.cpu_cores.values.tolist() == [0.1, 0.2]
+    assert not a.cpu_cores.timestamps_s.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        b.cpu_cores.timestamps_s[0] = 0.0  # one holder cannot change the others' times
+
+
 # -------------------------------------------------------------------------------------------- planning
 def test_plan_scopes_packs_namespaces_and_pages_big_ones() -> None:
     counts = count_containers([
