@@ -11,11 +11,13 @@ or request == limit gives limit = request, which keeps Guaranteed), then clamps 
 ``maxLimitRequestRatio`` and never below the request; with the policy's ``keep_limit_ratio`` off, limits stay
 (a limit equal to or below the new request becomes the request). ``RequestsOnly`` keeps the limit and caps the request
 at it (and raises it to limit / maxLimitRequestRatio when the ratio needs it). Nothing here removes a
-request or a limit, adds a limit, or produces 0. The QoS class is computed as Kubernetes does.
+request or a limit, adds a limit, or produces 0. The QoS class is computed as Kubernetes does. A plan computes
+each distinct (container spec, target, constraints) once (``container_change`` is memoized).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -29,6 +31,7 @@ from podtailor.resize.types import (
     ContainerView,
     LimitRangeView,
     QoS,
+    ResizeRestart,
 )
 from podtailor.resources import Resources
 from podtailor.vpa import ControlledValues
@@ -170,6 +173,21 @@ def _resource(name: str, view: ContainerView, target: ContainerTarget, cons: Con
 
 
 def container_change(view: ContainerView, target: ContainerTarget, cons: Constraints) -> ContainerChange:
+    """``compute_change``, memoized on what it reads of the view (name, requests, limits, resizePolicy), the
+    target and the constraints, all immutable values: the replicas of one workload share a spec, so a plan of
+    many pods computes each distinct container once. The cache is bounded (least recently used go first)."""
+    policy = tuple(view.resize_policy.items())
+    return _memo_change(view.name, view.requests, view.limits, policy, target, cons)
+
+
+@functools.lru_cache(maxsize=4096)
+def _memo_change(name: str, requests: Resources, limits: Resources, policy: tuple[tuple[str, ResizeRestart], ...],
+                 target: ContainerTarget, cons: Constraints) -> ContainerChange:
+    view = ContainerView(name=name, requests=requests, limits=limits, resize_policy=dict(policy))
+    return compute_change(view, target, cons)
+
+
+def compute_change(view: ContainerView, target: ContainerTarget, cons: Constraints) -> ContainerChange:
     """The container's new values (equal to the old ones when nothing moves); ``restarts`` is set when a
     changed resource has resizePolicy RestartContainer."""
     cpu, memory = _resource("cpu", view, target, cons), _resource("memory", view, target, cons)
