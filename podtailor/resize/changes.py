@@ -11,11 +11,13 @@ or request == limit gives limit = request, which keeps Guaranteed), then clamps 
 ``maxLimitRequestRatio`` and never below the request; with the policy's ``keep_limit_ratio`` off, limits stay
 (a limit equal to or below the new request becomes the request). ``RequestsOnly`` keeps the limit and caps the request
 at it (and raises it to limit / maxLimitRequestRatio when the ratio needs it). Nothing here removes a
-request or a limit, adds a limit, or produces 0. The QoS class is computed as Kubernetes does.
+request or a limit, adds a limit, or produces 0. The QoS class is computed as Kubernetes does. A plan computes
+each distinct (container spec, target, constraints) once (``container_change`` is memoized).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -29,11 +31,13 @@ from podtailor.resize.types import (
     ContainerView,
     LimitRangeView,
     QoS,
+    ResizeRestart,
 )
 from podtailor.resources import Resources
 from podtailor.vpa import ControlledValues
 
 RESOURCES = ("cpu", "memory")
+_NOTHING = Resources()
 
 
 def get(res: Resources, name: str) -> int | None:
@@ -169,29 +173,41 @@ def _resource(name: str, view: ContainerView, target: ContainerTarget, cons: Con
 
 
 def container_change(view: ContainerView, target: ContainerTarget, cons: Constraints) -> ContainerChange:
+    """``compute_change``, memoized on what it reads of the view (name, requests, limits, resizePolicy), the
+    target and the constraints, all immutable values: the replicas of one workload share a spec, so a plan of
+    many pods computes each distinct container once. The cache is bounded (least recently used go first)."""
+    policy = tuple(view.resize_policy.items())
+    return _memo_change(view.name, view.requests, view.limits, policy, target, cons)
+
+
+@functools.lru_cache(maxsize=4096)
+def _memo_change(name: str, requests: Resources, limits: Resources, policy: tuple[tuple[str, ResizeRestart], ...],
+                 target: ContainerTarget, cons: Constraints) -> ContainerChange:
+    view = ContainerView(name=name, requests=requests, limits=limits, resize_policy=dict(policy))
+    return compute_change(view, target, cons)
+
+
+def compute_change(view: ContainerView, target: ContainerTarget, cons: Constraints) -> ContainerChange:
     """The container's new values (equal to the old ones when nothing moves); ``restarts`` is set when a
     changed resource has resizePolicy RestartContainer."""
-    requests, limits = view.requests, view.limits
-    notes: list[str] = []
-    for name in RESOURCES:
-        amounts = _resource(name, view, target, cons)
-        requests = put(requests, name, amounts.request)
-        limits = put(limits, name, amounts.limit)
-        notes.extend(amounts.notes)
-    change = ContainerChange(name=view.name, old_requests=view.requests, old_limits=view.limits,
-                             new_requests=requests, new_limits=limits, restarts=False, notes=tuple(notes))
-    return replace(change, restarts=restarts(view, change))
+    cpu, memory = _resource("cpu", view, target, cons), _resource("memory", view, target, cons)
+    requests = Resources(cpu_millicores=cpu.request, memory_bytes=memory.request)
+    limits = Resources(cpu_millicores=cpu.limit, memory_bytes=memory.limit)
+    moved = _moved(view.requests, view.limits, requests, limits)
+    return ContainerChange(name=view.name, old_requests=view.requests, old_limits=view.limits, new_requests=requests,
+                           new_limits=limits, restarts=_restarting(view, moved), notes=cpu.notes + memory.notes)
 
 
-def changed_resources(change: ContainerChange) -> frozenset[str]:
+def _moved(old_requests: Resources, old_limits: Resources, new_requests: Resources,
+           new_limits: Resources) -> frozenset[str]:
     return frozenset(name for name in RESOURCES
-                     if get(change.old_requests, name) != get(change.new_requests, name)
-                     or get(change.old_limits, name) != get(change.new_limits, name))
+                     if get(old_requests, name) != get(new_requests, name)
+                     or get(old_limits, name) != get(new_limits, name))
 
 
-def restarts(view: ContainerView, change: ContainerChange) -> bool:
+def _restarting(view: ContainerView, moved: frozenset[str]) -> bool:
     """Missing resizePolicy means NotRequired: only RestartContainer restarts."""
-    return any(view.resize_policy.get(name) == RESTART_CONTAINER for name in changed_resources(change))
+    return any(view.resize_policy.get(name) == RESTART_CONTAINER for name in moved)
 
 
 def is_noop(change: ContainerChange) -> bool:
@@ -239,12 +255,10 @@ def qos_class(containers: Iterable[tuple[Resources, Resources]]) -> QoS:
     Guaranteed when every container has cpu and memory limits and requests equal to them (an unset request
     defaults to the limit); else Burstable."""
     pairs = list(containers)
-    if all(get(r, n) is None and get(lim, n) is None for r, lim in pairs for n in RESOURCES):
+    if all(r == _NOTHING and lim == _NOTHING for r, lim in pairs):
         return QoS.BEST_EFFORT
     for req, lim in pairs:
-        for name in RESOURCES:
-            limit = get(lim, name)
-            request = get(req, name)
+        for request, limit in ((req.cpu_millicores, lim.cpu_millicores), (req.memory_bytes, lim.memory_bytes)):
             if limit is None or (request is not None and request != limit):
                 return QoS.BURSTABLE
     return QoS.GUARANTEED

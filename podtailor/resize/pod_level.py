@@ -46,16 +46,18 @@ def aggregate_requests(items: Iterable[tuple[Resources, bool, bool]]) -> Resourc
     adds only the sidecars declared before that init container; this adds all of them (an upper bound: the
     views do not keep the order of init containers and sidecars). A resource no container requests is None."""
     rows = list(items)
-    out = Resources()
-    for name in ch.RESOURCES:
-        amounts = [(ch.get(r, name), init, sidecar) for r, sidecar, init in rows]
-        if all(a is None for a, _, _ in amounts):
-            continue
-        running = sum(a or 0 for a, init, _ in amounts if not init)
-        sidecars = sum(a or 0 for a, init, sidecar in amounts if sidecar and not init)
-        inits = [(a or 0) + sidecars for a, init, _ in amounts if init]
-        out = ch.put(out, name, max([running, *inits]))
-    return out
+    return Resources(cpu_millicores=_aggregate([(r.cpu_millicores, init, sidecar) for r, sidecar, init in rows]),
+                     memory_bytes=_aggregate([(r.memory_bytes, init, sidecar) for r, sidecar, init in rows]))
+
+
+def _aggregate(amounts: list[tuple[int | None, bool, bool]]) -> int | None:
+    """``aggregate_requests`` for one resource, from (amount, init, sidecar) per container."""
+    if all(a is None for a, _, _ in amounts):
+        return None
+    running = sum(a or 0 for a, init, _ in amounts if not init)
+    sidecars = sum(a or 0 for a, init, sidecar in amounts if sidecar and not init)
+    inits = [(a or 0) + sidecars for a, init, _ in amounts if init]
+    return max([running, *inits])
 
 
 def aggregate(changes: tuple[ContainerChange, ...], views: tuple[ContainerView, ...], *, new: bool) -> Resources:

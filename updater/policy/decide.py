@@ -82,14 +82,14 @@ class Proposal:
     new_pod_level: Resources | None = None
     held: Held = field(default_factory=Held)
     """Plain init containers' changes left out (``surfaces.py``), with why."""
+    active: tuple[ContainerChange, ...] = field(init=False)
+    """The changes that move something (derived once: every check reads it)."""
+    size: float = field(init=False)
+    """The largest relative request change over ``changes`` (derived once)."""
 
-    @property
-    def active(self) -> tuple[ContainerChange, ...]:
-        return tuple(c for c in self.changes if not ch.is_noop(c))
-
-    @property
-    def size(self) -> float:
-        return max((ch.relative_change(c) for c in self.changes), default=0.0)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "active", tuple(c for c in self.changes if not ch.is_noop(c)))
+        object.__setattr__(self, "size", max((ch.relative_change(c) for c in self.changes), default=0.0))
 
 
 def workload_key(pod: PodView) -> WorkloadKey:
