@@ -25,6 +25,7 @@ from recommender.engine import EngineConfig, RecommenderEngine
 from recommender.kube.checkpoint import CHECKPOINT_VERSION, UnusableCheckpoint, checkpoint_spec, restore
 from recommender.kube.checkpoint_pack import MAX_PACKED_CHARS, MAX_STATE_BYTES, pack, unpack
 from recommender.metrics import RecommenderMetrics
+from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.peaks import SlotMax, sort_samples
 from recommender.model.registry import get_strategy
 from recommender.model.types import ContainerPolicy
@@ -178,16 +179,40 @@ def test_a_hostile_packed_state_is_refused_with_what_is_wrong(packed: object, me
     assert caught.value.stale is False  # unreadable: logged as a warning, history read again
 
 
-def test_a_well_packed_state_the_strategy_cannot_read_is_refused() -> None:
+@pytest.mark.parametrize(("cpu", "message"), [
+    ({"weights": {"999999999": 1.0}}, "bucket 999999999 of 502"),  # the earlier map form
+    ({"weights": {"-1": 1.0}}, "bucket -1 of 502"),
+    ({"weights_from": 500, "weights": [1.0, 2.0, 3.0]}, "3 from bucket 500 do not fit 502 buckets"),
+    ({"weights_from": -1, "weights": [1.0]}, "from bucket -1"),
+    ({"weights_from": 0, "weights": ["1.5"]}, "not all finite numbers"),
+])
+def test_a_well_packed_state_with_histogram_weights_out_of_range_is_refused(cpu: dict[str, Any],
+                                                                             message: str) -> None:
     strategy = get_strategy("podtailor")
     state = strategy.new_state().to_checkpoint()
-    huge_bucket = {**state, "cpu": {**state["cpu"], "weights": {"999999999": 1.0}}}
-    with pytest.raises(UnusableCheckpoint, match="IndexError") as caught:
-        restore({"spec": _spec_with(pack(huge_bucket))}, strategy)
+    hostile = {**state, "cpu": {**{k: v for k, v in state["cpu"].items() if k != "weights_from"}, **cpu}}
+    with pytest.raises(UnusableCheckpoint, match=re.escape(message)) as caught:
+        restore({"spec": _spec_with(pack(hostile))}, strategy)
     assert caught.value.stale is False
-    not_a_map = {**state, "memory": [1, 2]}
+
+
+def test_a_well_packed_state_of_the_wrong_shape_is_refused() -> None:
+    strategy = get_strategy("podtailor")
+    not_a_map = {**strategy.new_state().to_checkpoint(), "memory": [1, 2]}
     with pytest.raises(UnusableCheckpoint, match="TypeError: list indices"):
         restore({"spec": _spec_with(pack(not_a_map))}, strategy)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 50, allow_nan=False), st.integers(0, 30 * 24 * 60)), max_size=80),
+       st.floats(60, 86400 * 4))
+def test_a_decaying_histogram_round_trips_bit_for_bit(samples: list[tuple[float, int]], half_life_s: float) -> None:
+    hist = DecayingHistogram(BucketScheme(first_bucket_size=0.01, ratio=1.05, max_value=1000.0), half_life_s)
+    if samples:  # minutes over 30 days: the reference moves and the weights are rescaled on the way
+        hist.add(np.array([v for v, _ in samples]), NOW + 60.0 * np.array([m for _, m in samples], dtype=np.float64))
+    back = DecayingHistogram.from_checkpoint(unpack(pack(hist.to_checkpoint())))
+    assert back.hist.weights.tobytes() == hist.hist.weights.tobytes()
+    assert (back.reference_s, back.half_life_s) == (hist.reference_s, hist.half_life_s)
 
 
 class _HostileStore(Store):
