@@ -138,10 +138,13 @@ def test_the_whole_podtailor_state_round_trips_packed() -> None:
     assert _float_bits(unpack(pack(data))) == _float_bits(data)
 
 
-def _raw(skeleton: bytes, floats: bytes = b"", *, layout: int = 1, declared: int | None = None) -> str:
-    """A packed state built by hand: layout byte, the JSON's declared length, the JSON, the float bytes."""
-    body = struct.pack("<BI", layout, len(skeleton) if declared is None else declared) + skeleton + floats
-    return base64.b64encode(zlib.compress(body)).decode()
+def _raw(skeleton: bytes, floats: bytes = b"", ints: bytes = b"", *, layout: int = 1,
+         declared: int | None = None, n_floats: int | None = None) -> str:
+    """A packed state built by hand: layout byte, the JSON's declared length and the float count, the JSON, the
+    float bytes, the int bytes (one number each at most, whose bytes in planes are its bytes in order)."""
+    head = struct.pack("<BII", layout, len(skeleton) if declared is None else declared,
+                       len(floats) // 8 if n_floats is None else n_floats)
+    return base64.b64encode(zlib.compress(head + skeleton + floats + ints)).decode()
 
 
 def _spec_with(packed: object) -> dict[str, object]:
@@ -162,13 +165,16 @@ BOMB = base64.b64encode(zlib.compress(b"\0" * (MAX_STATE_BYTES + 1))).decode()
     (12, "not a string"),
     (_raw(b"{}", layout=9), "unknown layout 9"),
     (_raw(b"{}", declared=2**31), "lengths do not add up"),
+    (_raw(b"{}", n_floats=2**31), "lengths do not add up"),
     (_raw(b"{}", b"\0" * 5), "lengths do not add up"),
     (_raw(b'{"a":"\\u0000"}', np.array([np.nan]).tobytes()), "NaN or infinite"),
     (_raw(b'{"a":"\\u0000"}', np.array([np.inf]).tobytes()), "NaN or infinite"),
     (_raw(b'{"a":1.5}'), "1.5 in the JSON"),
     (_raw(b'{"a":NaN}'), "NaN in the JSON"),
-    (_raw(b'{"a":"\\u0000"}'), "fewer floats"),
-    (_raw(b'{"a":1}', np.zeros(2).tobytes()), "more floats"),
+    (_raw(b'{"a":"\\u0000"}'), "fewer numbers"),
+    (_raw(b'{"a":"\\u0001"}', np.array([1.0]).tobytes()), "fewer numbers"),  # a float where an int is marked
+    (_raw(b'{"a":1}', np.zeros(1).tobytes()), "more numbers"),
+    (_raw(b'{"a":1}', ints=np.array([7], dtype="<i8").tobytes()), "more numbers"),
     (_raw(b"[1]"), "not an object"),
     (_raw(b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
     (_raw(b"{"), "Expecting"),
