@@ -28,7 +28,7 @@ from recommender.metrics import RecommenderMetrics
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.peaks import SlotMax, sort_samples
 from recommender.model.registry import get_strategy
-from recommender.model.types import ContainerPolicy
+from recommender.model.types import ContainerPolicy, OomKill, Samples, UsageBatch
 from tests.unit.test_engine_risk import Events, Source, Store
 from tests.unit.test_engine_risk import engine as risk_engine
 
@@ -242,3 +242,31 @@ def test_the_engine_starts_a_container_with_a_hostile_checkpoint_cold_and_says_w
     [record] = [r for r in caplog.records if r.getMessage() == "checkpoint unreadable; reloading history"]
     assert record.vpa == "v-web" and f"more than {MAX_STATE_BYTES} bytes" in record.error  # type: ignore[attr-defined]
     assert registry.get_sample_value("podtailor_recommender_checkpoints_restored_total") == 0.0
+
+
+usage_batches = st.lists(st.tuples(
+    st.lists(st.tuples(st.integers(0, 60 * 24 * 9), st.floats(0, 64), st.integers(0, 2**36)), min_size=1, max_size=40),
+    st.lists(st.integers(0, 60 * 24 * 9), max_size=2)), min_size=1, max_size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(usage_batches, st.sampled_from(["podtailor", "vpa"]))
+def test_any_state_restores_packed_to_the_same_state_and_recommendation(
+        batches: list[tuple[list[tuple[int, float, int]], list[int]]], strategy_name: str) -> None:
+    """Batches of samples at whole minutes over 9 days (CPU cores, memory bytes) and OOM kills, in any order."""
+    strategy = get_strategy(strategy_name)
+    state = strategy.new_state()
+    start = NOW - 9 * 86400.0
+    for samples, ooms in batches:
+        ts = start + 60.0 * np.array([m for m, _, _ in samples], dtype=np.float64)
+        state.add(UsageBatch(cpu_cores=Samples(timestamps_s=ts, values=np.array([c for _, c, _ in samples])),
+                             cpu_interval_s=60.0, memory_interval_s=60.0,
+                             memory_peak_bytes=Samples(timestamps_s=ts, values=np.array(
+                                 [float(b) for _, _, b in samples])),
+                             oom_kills=tuple(OomKill(timestamp_s=start + 60.0 * m, memory_limit_bytes=2**30)
+                                             for m in ooms)))
+    spec = checkpoint_spec(strategy, {"app": state}, NOW)
+    back = restore({"spec": json.loads(json.dumps(spec))}, strategy).states["app"]  # through JSON, as stored
+    assert back.to_checkpoint() == state.to_checkpoint()
+    assert _float_bits(back.to_checkpoint()) == _float_bits(state.to_checkpoint())
+    assert _recommendation(strategy_name, back) == _recommendation(strategy_name, state)
