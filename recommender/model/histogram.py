@@ -140,14 +140,36 @@ def cost_share_of(scheme: BucketScheme, weights: FloatArray, *, margin_fraction:
     return float(share[best[-1]])
 
 
-def _sparse(weights: FloatArray) -> dict[str, float]:
-    return {str(int(i)): float(weights[i]) for i in np.flatnonzero(weights)}
+def _sparse(weights: FloatArray) -> dict[str, Any]:
+    """The weights from the first non-empty bucket to the last (``weights_from``: the first's index), an empty
+    bucket among them as the int 0 (an exact 0.0 when read back), which packs smaller than a float."""
+    filled = np.flatnonzero(weights)
+    if filled.size == 0:
+        return {"weights_from": 0, "weights": []}
+    span = weights[int(filled[0]):int(filled[-1]) + 1].tolist()
+    return {"weights_from": int(filled[0]),
+            "weights": [0 if w == 0 and math.copysign(1.0, w) > 0 else w for w in span]}
 
 
-def _dense(scheme: BucketScheme, data: dict[str, float]) -> FloatArray:
+def _dense(scheme: BucketScheme, data: dict[str, Any]) -> FloatArray:
+    """Either form: the range above, or the map of bucket index to weight that earlier checkpoints hold."""
     weights = np.zeros(scheme.num_buckets)
-    for key, value in data.items():
-        weights[int(key)] = float(value)
+    sparse = data["weights"]
+    if isinstance(sparse, dict):
+        for key, value in sparse.items():
+            if not 0 <= int(key) < scheme.num_buckets:
+                raise ValueError(f"histogram weights: bucket {key} of {scheme.num_buckets}")
+            weights[int(key)] = float(value)
+        return weights
+    start = data["weights_from"]
+    if (not isinstance(start, int) or isinstance(start, bool) or not isinstance(sparse, list) or start < 0
+            or start + len(sparse) > scheme.num_buckets):
+        raise ValueError(f"histogram weights: {len(sparse)} from bucket {start!r} do not fit "
+                         f"{scheme.num_buckets} buckets")
+    if not all(isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) for w in sparse):
+        raise ValueError("histogram weights: not all finite numbers")
+    span = np.array(sparse, dtype=np.float64)
+    weights[start:start + span.size] = span
     return weights
 
 
@@ -192,13 +214,13 @@ class Histogram:
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {"kind": "plain", "version": CHECKPOINT_VERSION, "scheme": self.scheme.to_dict(),
-                "weights": _sparse(self.weights)}
+                **_sparse(self.weights)}
 
     @staticmethod
     def from_checkpoint(data: dict[str, Any]) -> Histogram:
         _check_version(data, "plain")
         hist = Histogram(BucketScheme.from_dict(data["scheme"]))
-        hist.weights = _dense(hist.scheme, data["weights"])
+        hist.weights = _dense(hist.scheme, data)
         return hist
 
 
@@ -267,7 +289,7 @@ class DecayingHistogram:
     def to_checkpoint(self) -> dict[str, Any]:
         return {"kind": "decaying", "version": CHECKPOINT_VERSION, "scheme": self.scheme.to_dict(),
                 "half_life_s": self.half_life_s, "reference_s": self.reference_s,
-                "weights": _sparse(self.hist.weights)}
+                **_sparse(self.hist.weights)}
 
     @staticmethod
     def from_checkpoint(data: dict[str, Any]) -> DecayingHistogram:
@@ -275,7 +297,7 @@ class DecayingHistogram:
         hist = DecayingHistogram(BucketScheme.from_dict(data["scheme"]), float(data["half_life_s"]))
         ref = data.get("reference_s")  # a null is pruned by the API server (see peaks.window_from_checkpoint)
         hist.reference_s = None if ref is None else float(ref)
-        hist.hist.weights = _dense(hist.scheme, data["weights"])
+        hist.hist.weights = _dense(hist.scheme, data)
         return hist
 
 

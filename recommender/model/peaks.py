@@ -259,13 +259,46 @@ class SlotMax:
         return out
 
     def to_checkpoint(self) -> dict[str, Any]:
-        return {"slot_s": self.slot_s, "retention_s": self.retention_s,
-                "slots": {str(s): [self.maxima[s], self.counts[s]] for s in sorted(self.maxima)}}
+        """The slots as one contiguous range from ``first``: per slot its maximum (an int when integral, as memory
+        bytes are, which packs smaller; null where the slot has no sample) and its sample count (0 there)."""
+        first = min(self.maxima, default=0)
+        span = range(first, max(self.maxima, default=first - 1) + 1)
+        return {"slot_s": self.slot_s, "retention_s": self.retention_s, "first": first,
+                "maxima": [_compact(self.maxima[s]) if s in self.maxima else None for s in span],
+                "counts": [self.counts.get(s, 0) for s in span]}
 
     @staticmethod
     def from_checkpoint(data: dict[str, Any]) -> SlotMax:
+        """Either form: the range above, or the per-slot map earlier checkpoints hold (``{"slot": [max, n]}``)."""
         out = SlotMax(slot_s=float(data["slot_s"]), retention_s=float(data["retention_s"]))
-        for slot, (peak, count) in data["slots"].items():
-            out.maxima[int(slot)] = float(peak)
-            out.counts[int(slot)] = int(count)
+        if "slots" in data:
+            for slot, (peak, count) in data["slots"].items():
+                out.maxima[int(slot)] = float(peak)
+                out.counts[int(slot)] = int(count)
+            return out
+        first, maxima, counts = data["first"], data["maxima"], data["counts"]
+        if not (_is_int(first) and isinstance(maxima, list) and isinstance(counts, list)
+                and len(maxima) == len(counts)):
+            raise ValueError("slot maxima: first is not an integer, or maxima and counts differ in length")
+        for i, (peak, count) in enumerate(zip(maxima, counts, strict=True)):
+            if not (_is_int(count) and count >= 0 and (peak is None) == (count == 0)):
+                raise ValueError(f"slot maxima: slot {first + i} has count {count!r} with maximum {peak!r}")
+            if peak is not None:
+                out.maxima[first + i] = _finite(peak)
+                out.counts[first + i] = count
         return out
+
+
+def _compact(value: float) -> float | int:
+    """``value`` as an int when that is exact (restored with ``float``, it is the same value; not -0.0)."""
+    return int(value) if value.is_integer() and abs(value) < 2**53 and math.copysign(1.0, value) > 0 else value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"slot maxima: {value!r} is not a finite number")
+    return float(value)
