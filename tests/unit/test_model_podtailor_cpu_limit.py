@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from podtailor.resources import CurrentResources, Resources
+from podtailor.vpa import ControlledValues
 from recommender.model.podtailor_cpu_parts import CpuLimit, CpuLimitRule
 from recommender.model.podtailor_state import PodtailorState
 from recommender.model.registry import get_strategy
@@ -98,6 +99,15 @@ def test_the_users_stated_limit_rules_are_unchanged() -> None:
     state.add(data)
     target, limits = recommend(proportional, state, burstable(250, 750))
     assert target.cpu_millicores is not None and limits.cpu_millicores == 3 * target.cpu_millicores  # VPA's 3:1
+
+
+def test_a_vpa_that_controls_requests_only_gets_no_limit() -> None:
+    strategy = get_strategy("podtailor")
+    state = strategy.new_state()
+    state.add(hourly(192, 0.5))
+    rec, _ = strategy.recommend(state, now_s=NOW, current=burstable(250, 500),
+                                policy=ContainerPolicy(controlled_values=ControlledValues.REQUESTS_ONLY))
+    assert rec.target.cpu_millicores is not None and rec.limits.cpu_millicores is None
 
 
 def test_guaranteed_and_limitless_containers_keep_their_class() -> None:
