@@ -63,8 +63,7 @@ def test_the_ratio_is_the_first_one_seen_so_our_own_limits_never_ratchet_it() ->
     _, later = recommend(strategy, after, burstable(562, 1686))
     assert first.cpu_millicores is not None and later.cpu_millicores is not None
     assert later.cpu_millicores <= first.cpu_millicores + 1 and rec.limits == first
-    restored = strategy.new_state()
-    restored.restore_from(after.to_checkpoint())
+    restored = strategy.restore(after.to_checkpoint())
     assert isinstance(restored, PodtailorState) and restored.cpu_limit_ratio == 2.0
 
 
