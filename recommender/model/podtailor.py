@@ -290,6 +290,9 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         cpu_floor, memory_floor = prm.floors.pod_cpu_millicores / 1000.0 / n, prm.floors.pod_memory_mib * MIB / n
         cpu, r_cpu_floor = _floored("cpu", cpu, cpu_floor, _cpu_text(cpu_floor))
         cpu, r_cpu = self._no_decrease("cpu", cpu, c_cpu, None if cur_cpu is None else cur_cpu / 1000.0)
+        ratio = state.note_cpu_limit_ratio(cur_cpu, current.limits.cpu_millicores)
+        if cpu is not None and cpu.limit is not None:
+            cpu = replace(cpu, limit=max(cpu.limit, prm.cpu_limit.floor(cpu.target, ratio)))
         if prm.budget.cpu_over_share > 0 and cpu is not None:
             state.budget.cpu_target_cores = cpu.target
         cur_mem = current.requests.memory_bytes

@@ -56,6 +56,9 @@ class PodtailorState(SeenSpan):
         """The applied values (CPU/memory request/limit) last seen by ``note_applied``."""
         self.applied_since_s: float | None = None
         """When they were first seen (the time of the last observed change)."""
+        self.cpu_limit_ratio: float | None = None
+        """The container's own CPU limit:request ratio, from the first applied values seen with both (before
+        any resize of ours: the user's, which VPA's proportional rule keeps; ``CpuLimit.keep_ratio``)."""
         self.memory_margin: float | None = None
         """The per-container memory margin (``MemoryMarginMode.JUMP``) held since it was last refreshed:
         when the memory target last left its band (None: not yet computed)."""
@@ -85,6 +88,12 @@ class PodtailorState(SeenSpan):
             self.applied_since_s = now_s if self.applied is not None else None
             self.applied = values
         return self.applied_since_s
+
+    def note_cpu_limit_ratio(self, request_millicores: int | None, limit_millicores: int | None) -> float | None:
+        """Keep the first CPU limit:request ratio seen (``cpu_limit_ratio``); the one kept (None: not yet)."""
+        if self.cpu_limit_ratio is None and request_millicores and limit_millicores:
+            self.cpu_limit_ratio = max(limit_millicores / request_millicores, 1.0)
+        return self.cpu_limit_ratio
 
     def calibrate(self, cpu_request: float | None) -> None:
         """Fold the CPU samples seen since the last call into ``cpu_level``, against ``cpu_request``: the request
@@ -207,7 +216,7 @@ class PodtailorState(SeenSpan):
                 "cpu_seen": [self.cpu_seen.first_s, self.cpu_seen.last_s, self.cpu_seen.seconds],
                 "memory_seen": [self.memory_seen.first_s, self.memory_seen.last_s, self.memory_seen.seconds],
                 "applied": self.applied, "applied_since_s": self.applied_since_s, "cpu_level": self.cpu_level,
-                "memory_margin": self.memory_margin,
+                "memory_margin": self.memory_margin, "cpu_limit_ratio": self.cpu_limit_ratio,
                 "pending_cpu": [float(v) for a in self.pending_cpu for v in a], "pending_cpu_s": self.pending_cpu_s,
                 **self.budget.to_checkpoint()}
 
@@ -229,6 +238,8 @@ class PodtailorState(SeenSpan):
         self.cpu_level = float(data.get("cpu_level", self.params.cpu.request_percentile))
         margin = data.get("memory_margin")  # absent before the jump margin was held: refreshed on the next call
         self.memory_margin = None if margin is None else float(margin)
+        ratio = data.get("cpu_limit_ratio")  # absent before the limit kept it: taken anew from the applied values
+        self.cpu_limit_ratio = None if ratio is None else float(ratio)
         pending = data.get("pending_cpu") or []
         self.pending_cpu = [np.array(pending, dtype=np.float64)] if pending else []
         self.pending_cpu_s = float(data.get("pending_cpu_s", 0.0))

@@ -32,13 +32,18 @@ GOLDEN = DATA / "golden" / "podtailor_replay.json"
 SERIES = 3
 DAYS = 10.0
 
+_RECORDED_LIMIT = {"cpu_limit.keep_ratio": False}
+"""The percentile CPU limit as recorded: before its floor at the container's own limit:request ratio became the
+default (``CpuLimit.keep_ratio``, issue #39 item 3), which changes the applied limits and, through what the
+container may use, the requests; ``test_model_podtailor_cpu_limit.py`` tests that floor."""
+
 VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
-    "default, fleet": ({}, True),
-    "default, no fleet": ({}, False),
+    "default, fleet": (_RECORDED_LIMIT, True),
+    "default, no fleet": (_RECORDED_LIMIT, False),
     # recorded with cpu_over_request_cost_ratio, cpu_over_request_cost_fleet_ratio, memory_oom_cost_peak_hours,
     # memory_oom_cost_fleet_hours and memory_margin_jump_quantile at 0
     "absolute prices, fixed margin, fleet": ({"cpu_price.mode": "absolute", "memory_price.mode": "absolute",
-                                              "memory_margin.mode": "fixed"}, True),
+                                              "memory_margin.mode": "fixed", **_RECORDED_LIMIT}, True),
     # recorded with cpu_over_request_budget=0.002, the three cpu_over_request_cost_* at 0,
     # memory_oom_tolerance="low" and cpu_limit_rule="proportional"
     "calibrated, low class, proportional limit, fleet": ({"cpu_calibration.budget": 0.002, "cpu_price.mode": "off",
