@@ -239,7 +239,7 @@ class PodtailorState(SeenSpan):
         margin = data.get("memory_margin")  # absent before the jump margin was held: refreshed on the next call
         self.memory_margin = None if margin is None else float(margin)
         ratio = data.get("cpu_limit_ratio")  # absent before the limit kept it: taken anew from the applied values
-        self.cpu_limit_ratio = None if ratio is None else float(ratio)
+        self.cpu_limit_ratio = None if ratio is None else _limit_ratio(ratio)
         pending = data.get("pending_cpu") or []
         self.pending_cpu = [np.array(pending, dtype=np.float64)] if pending else []
         self.pending_cpu_s = float(data.get("pending_cpu_s", 0.0))
@@ -299,3 +299,15 @@ def _fleet_margin(fleet: FleetScale | None, name: str) -> float:
 def _observed(raw: list[Any]) -> Observed:
     first, last, seconds = raw
     return Observed(None if first is None else float(first), None if last is None else float(last), float(seconds))
+
+
+MAX_CPU_LIMIT_RATIO = 1000.0
+"""A checkpoint's CPU limit:request ratio above this (or not finite, or below 1) is refused: it would set an
+absurd limit, and a real pod's ratio is far below it."""
+
+
+def _limit_ratio(raw: object) -> float:
+    ratio = float(raw)  # type: ignore[arg-type]  # a bad type raises, and the checkpoint is refused whole
+    if not (1.0 <= ratio <= MAX_CPU_LIMIT_RATIO):  # also refuses NaN
+        raise ValueError(f"checkpoint CPU limit ratio {ratio!r} outside [1, {MAX_CPU_LIMIT_RATIO:g}]")
+    return ratio

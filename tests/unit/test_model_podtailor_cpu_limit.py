@@ -131,3 +131,15 @@ def test_the_floor_arithmetic_and_bad_input() -> None:
     with pytest.raises(ValueError, match="keep_ratio must be true or false"):
         get_strategy("podtailor", **{"cpu_limit.keep_ratio": 1})
     assert CpuLimit(rule=CpuLimitRule.NONE).keep_ratio  # the setting is there; the rule decides whether it is used
+
+
+def test_a_checkpoint_with_an_absurd_ratio_is_refused_whole() -> None:
+    strategy = get_strategy("podtailor")
+    state = strategy.new_state()
+    state.add(hourly(192, 0.5))
+    _, after = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=burstable(250, 500))
+    good = after.to_checkpoint()
+    assert isinstance(strategy.restore(good), PodtailorState)
+    for bad in (math.nan, math.inf, 0.5, 1e9, "2x"):
+        with pytest.raises(ValueError):
+            strategy.restore({**good, "cpu_limit_ratio": bad})
