@@ -253,6 +253,22 @@ def test_the_updaters_prometheus_adds_its_flag_and_its_egress_and_nothing_else()
     assert not any(a.startswith("--prometheus-url") for a in container(default, "podtailor-updater")["args"])
 
 
+def test_the_pool_label_goes_to_all_three_components_and_nothing_else() -> None:
+    """``poolLabel`` (#38: the canary's pool key, and a DaemonSet's per-pool values, must agree across the
+    recommender, the updater and the webhook): set, each of the three gets ``--pool-label`` after its own flags;
+    every other field of every object is the default render's."""
+    default, changed = render(), render("poolLabel=node.kubernetes.io/pool")
+    assert sorted(map(key, changed)) == sorted(map(key, default))
+    for name in ("podtailor-recommender", "podtailor-updater", "podtailor-webhook"):
+        assert container(changed, name)["args"] == [*container(default, name)["args"],
+                                                     "--pool-label=node.kubernetes.io/pool"]
+        assert not any(a.startswith("--pool-label") for a in container(default, name)["args"])
+    flag = '"--pool-label=node.kubernetes.io/pool", '
+    text = sorted(json.dumps(o, sort_keys=True).replace(flag, "").replace(', "--pool-label=node.kubernetes.io/pool"',
+                                                                        "") for o in changed)
+    assert text == sorted(json.dumps(o, sort_keys=True) for o in default)
+
+
 @pytest.mark.parametrize(("setting", "complaint"), [
     ("dryrun=true", "additional properties 'dryrun' not allowed"),
     ("dryRun=maybe", "/dryRun"),
@@ -264,6 +280,8 @@ def test_the_updaters_prometheus_adds_its_flag_and_its_egress_and_nothing_else()
     ("webhook.failurePolicy=Open", "/webhook/failurePolicy"),
     ("namespace.name=Podtailor_System", "/namespace/name"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("poolLabel=-pool", "/poolLabel"),
+    ("poolLabel=a/b/c", "/poolLabel"),
 ])
 def test_bad_values_are_refused_before_anything_renders(setting: str, complaint: str) -> None:
     done = helm("template", RELEASE, str(CHART), "--set", setting)
