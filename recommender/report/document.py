@@ -20,6 +20,7 @@ from recommender.report.types import (
     Cost,
     Distribution,
     GroupSummary,
+    PodLevelPlan,
     Report,
     UsageSummary,
     WorkloadReport,
@@ -83,7 +84,14 @@ def workload(w: WorkloadReport) -> dict[str, Any]:
             "disruption": {"action": w.disruption.value, "reason": w.disruption_reason,
                            "message": w.disruption_message},
             "risks": [{"flag": r.risk.value, "message": r.message} for r in w.risks],
-            "cost": cost(w.cost), "vpa": w.vpa, "containers": [container(c) for c in w.containers]}
+            "cost": cost(w.cost), "vpa": w.vpa, "containers": [container(c) for c in w.containers],
+            **({} if w.pod_level is None else {"podLevel": pod_level(w.pod_level)})}
+
+
+def pod_level(p: PodLevelPlan) -> dict[str, Any]:
+    """The template's pod-level resources, and the requests the updater would derive from the planned
+    containers (the limits are left alone; ``refused`` says why the API server would refuse the plan)."""
+    return {"current": current(p.current), "plannedRequests": resources(p.planned_requests), "refused": p.refused}
 
 
 def group(g: GroupSummary) -> dict[str, Any]:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
 import yaml
 
+from podtailor.resources import CurrentResources, Resources
 from recommender.report.document import SCHEMA_VERSION, to_document
 from recommender.report.render import as_csv, as_json, as_markdown, as_yaml, fmt_cpu, fmt_memory, table
+from recommender.report.types import PodLevelPlan
 from tests.builders.report import sample_report
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report-schema.json"
@@ -102,3 +105,22 @@ def test_every_format_says_why_a_value_was_kept() -> None:
     doc = json.loads(as_json(report))
     assert any(why in c["recommendation"]["reasons"] for w in doc["workloads"] for c in w["containers"]
                if c.get("recommendation"))
+
+
+def test_pod_level_resources_are_in_the_document_only_where_the_template_declares_them() -> None:
+    report = sample_report()
+    assert all("podLevel" not in w for w in to_document(report)["workloads"])
+    plan = PodLevelPlan(current=CurrentResources(requests=Resources(cpu_millicores=1000, memory_bytes=2 << 30),
+                                                 limits=Resources(cpu_millicores=2000, memory_bytes=None)),
+                        planned_requests=Resources(cpu_millicores=600, memory_bytes=1 << 30),
+                        refused="planned values above the pod-level limits")
+    first = replace(report.workloads[0], pod_level=plan)
+    doc = json.loads(as_json(replace(report, workloads=(first, *report.workloads[1:]))))
+    validator().validate(doc)
+    assert doc["workloads"][0]["podLevel"] == {
+        "current": {"requests": {"cpuMillicores": 1000, "memoryBytes": 2 << 30},
+                    "limits": {"cpuMillicores": 2000, "memoryBytes": None}},
+        "plannedRequests": {"cpuMillicores": 600, "memoryBytes": 1 << 30},
+        "refused": "planned values above the pod-level limits"}
+    del doc["workloads"][0]["podLevel"]["refused"]
+    assert not validator().is_valid(doc)
