@@ -48,15 +48,19 @@ def container(name: str, command: list[str], *, requests: dict[str, str], limits
                              {"resourceName": "memory", "restartPolicy": memory_policy}]}
 
 
-def pod_spec(node: str, *containers: dict[str, Any]) -> dict[str, Any]:
+def pod_spec(node: str, *containers: dict[str, Any], init_containers: tuple[dict[str, Any], ...] = ()
+             ) -> dict[str, Any]:
     return {"nodeName": node, "tolerations": [REAL_TOLERATION], "terminationGracePeriodSeconds": 1,
-            "enableServiceLinks": False, "automountServiceAccountToken": False, "containers": list(containers)}
+            "enableServiceLinks": False, "automountServiceAccountToken": False, "containers": list(containers),
+            **({"initContainers": list(init_containers)} if init_containers else {})}
 
 
 def run_pod(core: client.CoreV1Api, ns: str, name: str, node: str, *containers: dict[str, Any],
-            timeout_s: float = 90.0) -> client.V1Pod:
-    """Create the pod on ``node`` and wait until all its containers run and it is Ready."""
-    body: Any = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(node, *containers)}
+            init_containers: tuple[dict[str, Any], ...] = (), timeout_s: float = 90.0) -> client.V1Pod:
+    """Create the pod on ``node`` (its ``init_containers`` first) and wait until all its containers run and it
+    is Ready."""
+    body: Any = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                 "spec": pod_spec(node, *containers, init_containers=init_containers)}
     core.create_namespaced_pod(ns, body)  # the client sends a plain dict as it is
     return eventually(f"pod {name} Ready on the real node {node}", lambda: _ready(core.read_namespaced_pod(name, ns)),
                       timeout_s=timeout_s, interval_s=0.2)

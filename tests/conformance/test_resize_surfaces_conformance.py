@@ -5,7 +5,7 @@
   and the kubelet resizes it in place, without a restart. The hollow node's fake runtime never lets a container
   exit, so the init container is the running one of a pod still initialising (the kubelet resizes a running
   plain init container's cgroup, ``computePodActions``); a completed one, which is what the updater meets on a
-  Ready pod, cannot be made here.
+  Ready pod, cannot be made here: ``tests/integration/test_real_node_init.py`` resizes one on a real node.
 - Pod-level requests on a real kubelet: written in the same patch as a container that outgrows them (alone,
   the API server refuses that container's resize), actuated, pod-level limits left alone.
 - A node that does not declare the feature (a Node object with no kubelet, as a not-yet-upgraded node looks to
