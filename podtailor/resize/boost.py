@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+from podtailor.numeric import is_int, is_number
 from podtailor.units import QuantityError, format_cpu, parse_cpu_millicores
 
 ANNOTATION = "podtailor.io/startup-boost"
@@ -63,7 +64,7 @@ class CpuBoost:
 
 
 def _factor(raw: object, where: str) -> Fraction:
-    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+    if not (is_number(raw) or isinstance(raw, str)):
         raise BoostError(f"{where}.factor: {raw!r} is not a number")
     try:
         value = Fraction(raw) if not isinstance(raw, float) or math.isfinite(raw) else None
@@ -95,7 +96,7 @@ def _quantity(raw: object, where: str) -> int:
 def _duration(raw: object, where: str) -> int:
     if raw is None:
         return 0
-    if isinstance(raw, bool) or not isinstance(raw, int):
+    if not is_int(raw):
         raise BoostError(f"{where}.durationSeconds: {raw!r} is not a whole number of seconds")
     if raw < 0 or raw > MAX_DURATION_S:
         raise BoostError(f"{where}.durationSeconds: {raw} is outside 0..{MAX_DURATION_S}")

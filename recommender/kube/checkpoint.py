@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from podtailor.numeric import is_number
 from recommender.kube.checkpoint_pack import pack, unpack
 from recommender.model.types import ContainerState, Strategy
 
@@ -75,7 +76,7 @@ def restore(obj: Mapping[str, object], strategy: Strategy) -> Restored:
 
 
 def _seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    if not (is_number(value) or isinstance(value, str)):
         raise TypeError(f"historyUntilSeconds is not a number: {value!r}")
     return float(value)
 

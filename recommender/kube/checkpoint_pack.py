@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from podtailor.numeric import is_int
+
 PACK_FORMAT = 1
 """The first byte of a packed state: the layout above."""
 FLOAT_MARK = "\x00"
@@ -110,7 +112,7 @@ def _take_numbers(tree: Any, floats: list[float], ints: list[int]) -> Any:
     if isinstance(tree, float):
         floats.append(tree)
         return FLOAT_MARK
-    if isinstance(tree, int) and not isinstance(tree, bool) and tree in _INT64:
+    if is_int(tree) and tree in _INT64:
         ints.append(tree)
         return INT_MARK
     if isinstance(tree, dict):

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 
+from podtailor.numeric import is_int
 from podtailor.runtime.shards import LeaseNotes, shard_of
 from recommender.model.fleet import FleetSums, combine
 
@@ -57,7 +58,7 @@ def decode(text: str) -> tuple[FleetSums, str, float]:
         doc = json.loads(text)
         published = dt.datetime.strptime(doc["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
         counts = doc["cpuCount"], doc["memoryCount"], doc.get("cpuMarginCount", 0), doc.get("memoryMarginCount", 0)
-        if not all(type(c) is int for c in counts) or not isinstance(doc["strategy"], str):
+        if not all(is_int(c) for c in counts) or not isinstance(doc["strategy"], str):
             raise ValueError("counts must be whole numbers and the strategy a name")
         sums = FleetSums(cpu_cores_sum=Fraction(doc["cpuCoresSum"]), cpu_count=counts[0],
                          memory_bytes_sum=Fraction(doc["memoryBytesSum"]), memory_count=counts[1],

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from podtailor.numeric import is_finite_number, is_int
 from recommender.model.types import FloatArray
 
 EPSILON = 1e-4
@@ -162,11 +163,11 @@ def _dense(scheme: BucketScheme, data: dict[str, Any]) -> FloatArray:
             weights[int(key)] = float(value)
         return weights
     start = data["weights_from"]
-    if (not isinstance(start, int) or isinstance(start, bool) or not isinstance(sparse, list) or start < 0
+    if (not is_int(start) or not isinstance(sparse, list) or start < 0
             or start + len(sparse) > scheme.num_buckets):
         raise ValueError(f"histogram weights: {len(sparse)} from bucket {start!r} do not fit "
                          f"{scheme.num_buckets} buckets")
-    if not all(isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) for w in sparse):
+    if not all(is_finite_number(w) for w in sparse):
         raise ValueError("histogram weights: not all finite numbers")
     span = np.array(sparse, dtype=np.float64)
     weights[start:start + span.size] = span

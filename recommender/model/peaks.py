@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from podtailor.numeric import is_finite_number, is_int
 from recommender.model.histogram import DecayingHistogram
 from recommender.model.quantiles import linear_quantiles
 from recommender.model.types import FloatArray
@@ -277,14 +278,16 @@ class SlotMax:
                 out.counts[int(slot)] = int(count)
             return out
         first, maxima, counts = data["first"], data["maxima"], data["counts"]
-        if not (_is_int(first) and isinstance(maxima, list) and isinstance(counts, list)
+        if not (is_int(first) and isinstance(maxima, list) and isinstance(counts, list)
                 and len(maxima) == len(counts)):
             raise ValueError("slot maxima: first is not an integer, or maxima and counts differ in length")
         for i, (peak, count) in enumerate(zip(maxima, counts, strict=True)):
-            if not (_is_int(count) and count >= 0 and (peak is None) == (count == 0)):
+            if not (is_int(count) and count >= 0 and (peak is None) == (count == 0)):
                 raise ValueError(f"slot maxima: slot {first + i} has count {count!r} with maximum {peak!r}")
             if peak is not None:
-                out.maxima[first + i] = _finite(peak)
+                if not is_finite_number(peak):
+                    raise ValueError(f"slot maxima: {peak!r} is not a finite number")
+                out.maxima[first + i] = float(peak)
                 out.counts[first + i] = count
         return out
 
@@ -292,13 +295,3 @@ class SlotMax:
 def _compact(value: float) -> float | int:
     """``value`` as an int when that is exact (restored with ``float``, it is the same value; not -0.0)."""
     return int(value) if value.is_integer() and abs(value) < 2**53 and math.copysign(1.0, value) > 0 else value
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _finite(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"slot maxima: {value!r} is not a finite number")
-    return float(value)

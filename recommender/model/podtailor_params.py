@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podtailor.numeric import is_number
 from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.podtailor_cpu_parts import CpuCalibration, CpuLevel, CpuLimit, CpuPrice
 from recommender.model.podtailor_memory_parts import MemoryLevel, MemoryMargin, MemoryPrice, OomHandling
@@ -32,7 +33,7 @@ were fitted for (and far outside what a sweep of the shared traces has looked at
 
 def check_risk(risk: float) -> float:
     """``risk`` itself when it is a usable risk setting; else ``ValueError`` saying what is allowed."""
-    if isinstance(risk, bool) or not isinstance(risk, int | float) or not RISK_MIN <= risk <= RISK_MAX:
+    if not is_number(risk) or not RISK_MIN <= risk <= RISK_MAX:
         raise ValueError(f"risk must be a number in [{RISK_MIN:g}, {RISK_MAX:g}], got {risk!r}"[:120])
     return float(risk)
 

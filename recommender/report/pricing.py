@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from podtailor.numeric import is_int, is_number
 from podtailor.resources import Resources
 
 DEFAULT_CPU_PER_VCPU_HOUR = "0.031611"
@@ -45,7 +46,7 @@ class PriceError(ValueError):
 
 
 def _price(value: object, where: str) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
+    if not (is_number(value) or isinstance(value, str)):
         raise PriceError(f"{where}: expected a number, got {value!r}")
     try:
         price = Fraction(str(value))
@@ -119,7 +120,7 @@ def parse_sheet(raw: object, source: str) -> PriceSheet:
             raise PriceError(f"{source}: pools.{name} must be a mapping")
         pools[str(name)] = _prices(body, default, f"{source}: pools.{name}")
     hours = raw.get("hoursPerMonth", DEFAULT_HOURS_PER_MONTH)
-    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= 744:
+    if not is_int(hours) or not 1 <= hours <= 744:
         raise PriceError(f"{source}: hoursPerMonth must be a whole number in [1, 744]")
     currency = raw.get("currency", "USD")
     if not isinstance(currency, str) or not currency.isalpha() or len(currency) > 8:

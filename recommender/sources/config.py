@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podtailor.numeric import is_int
 from recommender.sources.promql import Scope, label_name
 
 READ_APIS = ("auto", "remote-read", "promql")
@@ -180,6 +181,6 @@ def sized_in_flight(runtime_info: object) -> int:
     GOMAXPROCS (the cores its engine may use), at least 1 and at most 4, so a pass never takes more than half
     of a shared Prometheus; 1 when the answer does not say."""
     procs = runtime_info.get("GOMAXPROCS") if isinstance(runtime_info, dict) else None
-    if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
+    if not is_int(procs) or procs < 1:
         return 1
     return max(1, min(4, procs // 2))

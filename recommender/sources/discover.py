@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from podtailor.kube.names import is_dns_label
+from podtailor.numeric import is_int
 
 
 class Backend(enum.Enum):
@@ -138,7 +139,7 @@ def _port(raw: Any) -> Port | None:
     if not isinstance(raw, Mapping) or raw.get("protocol", "TCP") != "TCP":
         return None
     number = raw.get("port")
-    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= _MAX_PORT:
+    if not is_int(number) or not 1 <= number <= _MAX_PORT:
         return None
     return Port(name=str(raw.get("name") or ""), number=number, app_protocol=str(raw.get("appProtocol") or ""))
 

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from podtailor.kube.fields import MalformedObject, Obj, resources
+from podtailor.numeric import is_int
 from podtailor.resources import Resources, ResourcesError, parse_amount
 
 
@@ -72,7 +73,7 @@ def condition_true(status: Mapping[str, Any], ctype: str) -> bool:
 def integer(raw: object, where: str, default: int = 0) -> int:
     if raw is None:
         return default
-    if isinstance(raw, bool) or not isinstance(raw, int):
+    if not is_int(raw):
         raise MalformedObject(f"{where}: {raw!r} is not an integer")
     return raw
 

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from podtailor.numeric import is_int, is_number
 from updater.policy.analysis import Analysis, AnalysisError, parse_analyses
 from updater.policy.types import CanaryStep, FallbackMode, MaintenanceWindow, RolloutPolicy
 
@@ -61,14 +62,14 @@ def parse_clock_minute(text: object, where: str, *, end: bool = False) -> int:
 
 def _number(spec: Mapping[str, Any], key: str, default: float, low: float, high: float, where: str) -> float:
     value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+    if not is_number(value) or not low <= value <= high:
         raise PolicyError(f"{where}.{key}: {value!r} is not a number in [{low:g}, {high:g}]")
     return float(value)
 
 
 def _integer(spec: Mapping[str, Any], key: str, default: int, low: int, high: int, where: str) -> int:
     value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_int(value) or not low <= value <= high:
         raise PolicyError(f"{where}.{key}: {value!r} is not an integer in [{low}, {high}]")
     return value
 

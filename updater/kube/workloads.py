@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podtailor.numeric import is_int
 from updater.kube.fields import Obj
 from updater.policy.analysis import ANNOTATION as ANALYSES
 from updater.policy.analysis import WorkloadAnalyses, from_annotation
@@ -46,7 +47,7 @@ def _replicas(kind: str, obj: Obj) -> int:
         value = (((spec.get("jobTemplate") or {}).get("spec")) or {}).get("parallelism", 1)
     else:
         value = spec.get("replicas", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if is_int(value) and value >= 0 else 0
 
 
 @dataclass(slots=True)

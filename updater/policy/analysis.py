@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from podtailor.numeric import is_finite_number, is_int
 from podtailor.promql import quote, regex_literal
 from updater.policy.selectors import QueryError, check_query, confine
 
@@ -181,7 +182,7 @@ def _number(raw: Mapping[str, Any], key: str, where: str) -> float | None:
     value = raw.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise AnalysisError(f"{where}.{key}: {value!r} is not a finite number")
     return float(value)
 
@@ -227,7 +228,7 @@ def parse_analysis(raw: object, where: str, *, namespaced: bool) -> Analysis:
     if not isinstance(name, str) or _NAME.match(name) is None:
         raise AnalysisError(f"{where}.name: {name!r} is not a lowercase name (a-z, 0-9, -; at most 63)")
     limit = raw.get("failureLimit", 0)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 100:
+    if not is_int(limit) or not 0 <= limit <= 100:
         raise AnalysisError(f"{where}.failureLimit: {limit!r} is not an integer in [0, 100]")
     try:
         on_error = OnError(raw.get("onError", OnError.FAIL.value))
