@@ -69,9 +69,10 @@ def restore(obj: Mapping[str, object], strategy: Strategy) -> Restored:
                   for c in containers}
         until = _seconds(spec["historyUntilSeconds"]) if "historyUntilSeconds" in spec else None
         return Restored(states=states, history_until_s=until)
-    except (LookupError, TypeError, ValueError, AttributeError) as err:
+    except (LookupError, TypeError, ValueError, AttributeError, OverflowError) as err:
         # LookupError: a histogram bucket or field the state does not have; AttributeError: a part that is
-        # not the object the strategy reads it as (a list where a map should be).
+        # not the object the strategy reads it as (a list where a map should be); OverflowError: an integer
+        # too large for a float (JSON integers are unbounded) where a number is read.
         raise UnusableCheckpoint(f"{type(err).__name__}: {err}", stale=False) from err
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from podtailor.numeric import is_int
 from podtailor.vpa import TargetRef, Vpa, VpaConfigError, parse_vpa
 from recommender.model.podtailor_budget import RiskBudget, parse_budget
 from recommender.model.podtailor_params import RISK_MAX, RISK_MIN, check_risk
@@ -162,7 +163,7 @@ def _identity(obj: Mapping[str, Any], recommenders: tuple[str, ...] | None, erro
         recommenders = tuple(str(r.get("name") or "") if isinstance(r, Mapping) else ""
                              for r in (raw if isinstance(raw, list) else ()))
     return UnparsableVpa(namespace=str(meta.get("namespace")), name=str(meta.get("name")), uid=str(meta.get("uid")),
-                         generation=generation if isinstance(generation, int) else 0, recommenders=recommenders,
+                         generation=generation if is_int(generation) else 0, recommenders=recommenders,
                          error=error)
 
 

@@ -22,7 +22,13 @@ from prometheus_client import CollectorRegistry
 
 from podtailor.resources import CurrentResources
 from recommender.engine import EngineConfig, RecommenderEngine
-from recommender.kube.checkpoint import CHECKPOINT_VERSION, UnusableCheckpoint, checkpoint_spec, restore
+from recommender.kube.checkpoint import (
+    CHECKPOINT_VERSION,
+    PLAIN_VERSION,
+    UnusableCheckpoint,
+    checkpoint_spec,
+    restore,
+)
 from recommender.kube.checkpoint_pack import FLOAT_MARK, INT_MARK, MAX_PACKED_CHARS, MAX_STATE_BYTES, pack, unpack
 from recommender.metrics import RecommenderMetrics
 from recommender.model.histogram import BucketScheme, DecayingHistogram
@@ -277,3 +283,16 @@ def test_a_state_string_equal_to_a_number_mark_is_refused_not_mangled(mark: str)
     with pytest.raises(ValueError, match="equal to a number mark"):
         pack({"note": [1.5, mark]})
     assert unpack(pack({"note": [1.5, mark + "x", "x" + mark]})) == {"note": [1.5, mark + "x", "x" + mark]}
+
+
+def test_an_integer_too_large_for_a_float_is_refused_not_raised() -> None:
+    """JSON integers are unbounded: 10**400 as a histogram weight of a plain (format 1) state raised
+    OverflowError out of ``restore``, past the engine's handling; it is an unusable checkpoint like any other."""
+    strategy = get_strategy("podtailor")
+    state = strategy.new_state().to_checkpoint()
+    cpu = {**state["cpu"], "weights_from": 0, "weights": [10**400]}
+    spec = {**checkpoint_spec(strategy, {"app": strategy.new_state()}, NOW), "version": PLAIN_VERSION,
+            "containers": [{"name": "app", "state": {**state, "cpu": cpu}}]}
+    with pytest.raises(UnusableCheckpoint, match="OverflowError") as caught:
+        restore({"spec": spec}, strategy)
+    assert caught.value.stale is False

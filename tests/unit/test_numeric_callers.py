@@ -166,3 +166,18 @@ def test_workload_replicas_count_only_plain_non_negative_ints(replicas: object, 
     index = WorkloadIndex()
     index.add("Deployment", [{"metadata": {"namespace": "ns", "name": "web"}, "spec": {"replicas": replicas}}])
     assert index.replicas[("ns", "Deployment", "web")] == counted
+
+
+def test_a_bool_is_not_a_vpa_generation_nor_a_pod_deadline() -> None:
+    """JSON ``true`` is not the integer 1: an unparsable VPA whose generation is ``true`` is reported with
+    generation 0, and a pod whose activeDeadlineSeconds is ``true`` is not terminating (an int is)."""
+    from recommender.kube.served import UnparsableVpa, read_vpa
+    from updater.webhook.review import pod_resources
+
+    vpa = read_vpa({"metadata": {"namespace": "ns", "name": "v", "uid": "u", "generation": True}, "spec": 7})
+    assert isinstance(vpa, UnparsableVpa) and vpa.generation == 0
+    vpa = read_vpa({"metadata": {"namespace": "ns", "name": "v", "uid": "u", "generation": 3}, "spec": 7})
+    assert isinstance(vpa, UnparsableVpa) and vpa.generation == 3
+    app = {"name": "app", "resources": {"requests": {"cpu": "100m"}}}
+    assert not pod_resources({"containers": [app], "activeDeadlineSeconds": True}).terminating
+    assert pod_resources({"containers": [app], "activeDeadlineSeconds": 30}).terminating

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from podtailor.kube.fields import is_sidecar, pod_containers
+from podtailor.numeric import is_int
 from podtailor.resize.boost import ANNOTATION as BOOST_ANNOTATION
 from podtailor.resize.boost import annotation_value
 from podtailor.resize.changes import RESOURCES, get
@@ -78,7 +79,7 @@ def pod_resources(spec: Mapping[str, Any], where: str = "pod") -> PodResources:
                         pod_level=isinstance(pod_level, dict) and bool(pod_level.get("requests")
                                                                         or pod_level.get("limits")),
                         priority_class=str(spec.get("priorityClassName") or ""),
-                        terminating=isinstance(deadline, int) and deadline >= 0,
+                        terminating=is_int(deadline) and deadline >= 0,
                         cross_namespace_affinity=cross_namespace_affinity(spec))
 
 
