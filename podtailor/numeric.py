@@ -26,6 +26,12 @@ def is_number(value: object) -> TypeGuard[int | float]:
 
 
 def is_finite_number(value: object) -> TypeGuard[int | float]:
-    """True for a number (as ``is_number``) that is neither NaN nor infinite. Like ``math.isfinite``, raises
-    ``OverflowError`` for an ``int`` too large to be a float (beyond about 1.8e308)."""
-    return is_number(value) and math.isfinite(value)
+    """True for a number (as ``is_number``) that is neither NaN nor infinite, and that ``float()`` can hold:
+    an ``int`` beyond about 1.8e308 (JSON integers are unbounded) is refused, where ``math.isfinite`` raises
+    ``OverflowError``, so each caller refuses it with its own message."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -181,3 +181,12 @@ def test_a_bool_is_not_a_vpa_generation_nor_a_pod_deadline() -> None:
     app = {"name": "app", "resources": {"requests": {"cpu": "100m"}}}
     assert not pod_resources({"containers": [app], "activeDeadlineSeconds": True}).terminating
     assert pod_resources({"containers": [app], "activeDeadlineSeconds": 30}).terminating
+
+
+def test_an_analysis_threshold_too_large_for_a_float_is_refused_with_its_message() -> None:
+    from updater.policy.analysis import AnalysisError, parse_analysis
+
+    raw = {"name": "p99", "query": "up", "condition": {"operator": "<=", "threshold": 10**400},
+           "interval": "30s", "failureLimit": 1, "onError": "Fail"}
+    with pytest.raises(AnalysisError, match="is not a finite number"):
+        parse_analysis(raw, "policy p", namespaced=False)
