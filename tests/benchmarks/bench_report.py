@@ -24,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +162,37 @@ def backfill(prom: LocalPrometheus, fleet: list[Workload], days: float, end_s: f
     return prom.backfill(path)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Servers:
+    """A local control plane and Prometheus holding a generated fleet and its backfilled history."""
+
+    kubeconfig: str
+    url: str
+    fleet: list[Workload]
+    create_s: float
+    backfill_s: float
+
+
+@contextmanager
+def fleet_servers(tmp: Path, workloads: int, days: float, scrape_s: int = STEP_S) -> Iterator[Servers]:
+    """Start both servers in ``tmp``, create ``workloads`` and backfill ``days`` of history; stop both after."""
+    cluster, prom = LocalCluster(tmp / "c"), LocalPrometheus(tmp / "p")
+    state = cluster.start()
+    prom.start()
+    try:
+        api = config.new_client_from_config(config_file=state.kubeconfig)  # type: ignore[no-untyped-call]
+        fleet = bench_workloads(workloads)
+        t0 = time.monotonic()
+        create_fleet(api, fleet)
+        create_s = time.monotonic() - t0
+        backfill_s = backfill(prom, fleet, days, time.time() - 60, tmp, scrape_s)
+        yield Servers(kubeconfig=state.kubeconfig, url=prom.url, fleet=fleet, create_s=create_s,
+                      backfill_s=backfill_s)
+    finally:
+        prom.stop()
+        cluster.stop()
+
+
 def cli(kubeconfig: str, url: str, fmt: str, out: Path, size: Size) -> tuple[float, float]:
     """The report as a user runs it, in a fresh process: (wall seconds, Prometheus CPU seconds)."""
     code = ("import sys, argparse; from recommender.report.cli import add_report_parser, run_report; "
@@ -238,25 +271,13 @@ def _comparable(answer: Any) -> Any:
 
 def run(size: Size, repeats: int) -> str:
     facts = machine_facts()  # before the run: its load average is the machine's, not the bench's own
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster, prom = LocalCluster(Path(tmp) / "c"), LocalPrometheus(Path(tmp) / "p")
-        state = cluster.start()
-        prom.start()
-        try:
-            api = config.new_client_from_config(config_file=state.kubeconfig)  # type: ignore[no-untyped-call]
-            fleet = bench_workloads(size.workloads)
-            t0 = time.monotonic()
-            create_fleet(api, fleet)
-            create_s = time.monotonic() - t0
-            backfill_s = backfill(prom, fleet, size.days, time.time() - 60, Path(tmp), size.scrape_s)
-            walls = {fmt: [cli(state.kubeconfig, prom.url, fmt, Path(tmp) / f"r.{fmt}", size) for _ in range(repeats)]
-                     for fmt in ("json", "html")}
-            doc = json.loads((Path(tmp) / "r.json").read_text())
-            staged = [stages(state.kubeconfig, prom.url, fleet, size, rotate=i) for i in range(repeats)]
-        finally:
-            prom.stop()
-            cluster.stop()
-    return table(facts, size, create_s, backfill_s, walls, doc, staged)
+    with tempfile.TemporaryDirectory() as tmp, fleet_servers(Path(tmp), size.workloads, size.days,
+                                                             size.scrape_s) as sv:
+        walls = {fmt: [cli(sv.kubeconfig, sv.url, fmt, Path(tmp) / f"r.{fmt}", size) for _ in range(repeats)]
+                 for fmt in ("json", "html")}
+        doc = json.loads((Path(tmp) / "r.json").read_text())
+        staged = [stages(sv.kubeconfig, sv.url, sv.fleet, size, rotate=i) for i in range(repeats)]
+    return table(facts, size, sv.create_s, sv.backfill_s, walls, doc, staged)
 
 
 def _med(xs: list[float]) -> float:

@@ -20,12 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kubernetes import config
-
-from tests.benchmarks.bench_report import STEP_S, backfill, bench_workloads, create_fleet
+from tests.benchmarks.bench_report import STEP_S, fleet_servers
 from tests.benchmarks.results import machine_facts
-from tests.harness.cluster import REPO_ROOT, LocalCluster
-from tests.harness.prometheus import LocalPrometheus
+from tests.harness.cluster import REPO_ROOT
 
 CHILD = ("import sys, argparse; from recommender.report.cli import add_report_parser, run_report; "
          "p = argparse.ArgumentParser(); add_report_parser(p.add_subparsers(dest='c')); "
@@ -63,33 +60,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     strategies = args.strategies.split(",")
     print(machine_facts(), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster, prom = LocalCluster(Path(tmp) / "c"), LocalPrometheus(Path(tmp) / "p")
-        state = cluster.start()
-        prom.start()
-        try:
-            api = config.new_client_from_config(config_file=state.kubeconfig)  # type: ignore[no-untyped-call]
-            fleet = bench_workloads(args.workloads)
-            create_fleet(api, fleet)
-            took = backfill(prom, fleet, args.days, time.time() - 60, Path(tmp))
-            print(f"backfilled {args.workloads} x {args.days:g} d in {took:.1f} s; load {os.getloadavg()}", flush=True)
-            keep = args.keep or Path(tmp)
-            keep.mkdir(parents=True, exist_ok=True)
-            (keep / "state.json").write_text(json.dumps({"kubeconfig": state.kubeconfig, "url": prom.url}))
-            peaks: dict[str, list[float]] = {s: [] for s in strategies}
-            for r in range(args.rounds):
-                for s in strategies if r % 2 == 0 else strategies[::-1]:
-                    mib, wall = report_peak_mib(state.kubeconfig, prom.url, s, args.days, keep / f"{s}.json")
-                    peaks[s].append(mib)
-                    print(f"round {r + 1} {s}: peak RSS {mib:.0f} MiB, wall {wall:.1f} s, "
-                          f"load {os.getloadavg()}", flush=True)
-            for s, xs in peaks.items():
-                print(f"{s}: peak RSS median {statistics.median(xs):.0f} MiB ({', '.join(f'{x:.0f}' for x in xs)})")
-            while args.hold is not None and not args.hold.exists():
-                time.sleep(5)
-        finally:
-            prom.stop()
-            cluster.stop()
+    with tempfile.TemporaryDirectory() as tmp, fleet_servers(Path(tmp), args.workloads, args.days) as sv:
+        print(f"backfilled {args.workloads} x {args.days:g} d in {sv.backfill_s:.1f} s; load {os.getloadavg()}",
+              flush=True)
+        keep = args.keep or Path(tmp)
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / "state.json").write_text(json.dumps({"kubeconfig": sv.kubeconfig, "url": sv.url}))
+        peaks: dict[str, list[float]] = {s: [] for s in strategies}
+        for r in range(args.rounds):
+            for s in strategies if r % 2 == 0 else strategies[::-1]:
+                mib, wall = report_peak_mib(sv.kubeconfig, sv.url, s, args.days, keep / f"{s}.json")
+                peaks[s].append(mib)
+                print(f"round {r + 1} {s}: peak RSS {mib:.0f} MiB, wall {wall:.1f} s, "
+                      f"load {os.getloadavg()}", flush=True)
+        for s, xs in peaks.items():
+            print(f"{s}: peak RSS median {statistics.median(xs):.0f} MiB ({', '.join(f'{x:.0f}' for x in xs)})")
+        while args.hold is not None and not args.hold.exists():
+            time.sleep(5)
 
 
 if __name__ == "__main__":
