@@ -285,14 +285,20 @@ def test_a_state_string_equal_to_a_number_mark_is_refused_not_mangled(mark: str)
     assert unpack(pack({"note": [1.5, mark + "x", "x" + mark]})) == {"note": [1.5, mark + "x", "x" + mark]}
 
 
-def test_an_integer_too_large_for_a_float_is_refused_not_raised() -> None:
-    """JSON integers are unbounded: 10**400 as a histogram weight of a plain (format 1) state raised
-    OverflowError out of ``restore``, past the engine's handling; it is an unusable checkpoint like any other."""
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("cpu", "weights", "not all finite numbers"),  # the histogram's own check refuses it
+    ("cpu_level", None, "OverflowError"),  # read with float(): the restore's handler takes it
+    ("applied_since_s", None, "OverflowError"),
+])
+def test_an_integer_too_large_for_a_float_is_refused_not_raised(field: str, value: str | None,
+                                                                  message: str) -> None:
+    """JSON integers are unbounded: 10**400 in a plain (format 1) state raised OverflowError out of
+    ``restore``, past the engine's handling; it is an unusable checkpoint like any other."""
     strategy = get_strategy("podtailor")
     state = strategy.new_state().to_checkpoint()
-    cpu = {**state["cpu"], "weights_from": 0, "weights": [10**400]}
+    hostile = {**state["cpu"], "weights_from": 0, "weights": [10**400]} if value else 10**400
     spec = {**checkpoint_spec(strategy, {"app": strategy.new_state()}, NOW), "version": PLAIN_VERSION,
-            "containers": [{"name": "app", "state": {**state, "cpu": cpu}}]}
-    with pytest.raises(UnusableCheckpoint, match="OverflowError") as caught:
+            "containers": [{"name": "app", "state": {**state, field: hostile}}]}
+    with pytest.raises(UnusableCheckpoint, match=message) as caught:
         restore({"spec": spec}, strategy)
     assert caught.value.stale is False
