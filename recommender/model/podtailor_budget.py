@@ -48,6 +48,11 @@ class RiskBudget:
     """Memory step size (log-margin per OOM kill) for a container with no history."""
     memory_eta_end: float = 0.1
     """Memory step size after many days: one kill raises the margin by 10.5%."""
+    memory_kill_allowance: float = 1.0
+    """Budgeted kills a container accrues before its memory margin is first lowered (0: from the start). A
+    container's first kill comes before any feedback, so a margin lowered from the start overshoots by about
+    one kill per container: 1.1 to 3.5 kills a month at budgets of 0.5 to 2 on the training traces (RESULTS.md,
+    "OOM budget, second pass")."""
     eta_decay_days: float = 2.0
     """eta = end + (start - end) x d / (d + observed days): half-way down after this many days."""
     min_margin: float = 0.25
@@ -61,6 +66,8 @@ class RiskBudget:
         etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end)
         if not all(0 <= e < math.inf for e in etas) or not self.eta_decay_days > 0:
             raise ValueError("budget: the step sizes must be finite and >= 0, eta_decay_days > 0")
+        if not 0 <= self.memory_kill_allowance < math.inf:
+            raise ValueError("budget: memory_kill_allowance must be finite and >= 0")
         if not 0 < self.min_margin <= 1 <= self.max_margin < math.inf:
             raise ValueError("budget: 0 < min_margin <= 1 <= max_margin is required")
 
@@ -87,11 +94,23 @@ class RiskBudget:
         return self._clip(log_margin + eta * (over_s / seen_s - self.cpu_over_share) * hours)
 
     def memory_step(self, log_margin: float, *, kills: int, seen_s: float, observed_days: float) -> float:
-        """One update of the memory log-margin after ``seen_s`` of memory samples with ``kills`` OOM kills:
-        ``eta x (kills - budget x months)``, within the bounds."""
-        months = min(seen_s, STEP_HOURS_MAX * 3600.0) / MONTH_S
+        """One update of the memory log-margin after ``seen_s`` of memory samples with ``kills`` OOM kills, the
+        container observed ``observed_days`` in all (these samples included): ``eta x (kills - budget x
+        months)``, within the bounds, where the months are those past the container's first
+        ``memory_kill_allowance`` budgeted kills (``budget_months``)."""
+        months = min(self.budget_months(seen_s, observed_days), STEP_HOURS_MAX * 3600.0 / MONTH_S)
         eta = self.eta(self.memory_eta_start, self.memory_eta_end, observed_days)
         return self._clip(log_margin + eta * (kills - self.oom_per_month * months))
+
+    def budget_months(self, seen_s: float, observed_days: float) -> float:
+        """The months of the last ``seen_s`` (of ``observed_days`` observed in all) that lower the memory
+        margin: those after the container has accrued ``memory_kill_allowance`` kills of budget."""
+        if self.oom_per_month <= 0:
+            return 0.0
+        start = self.memory_kill_allowance / self.oom_per_month
+        total = max(observed_days * 86400.0, seen_s, 0.0) / MONTH_S
+        before = total - max(seen_s, 0.0) / MONTH_S
+        return max(total - start, 0.0) - max(before - start, 0.0)
 
 
 def parse_budget(text: str) -> RiskBudget:

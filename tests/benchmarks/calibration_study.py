@@ -11,7 +11,9 @@ than half the budget (CPU time; memory: hours per month), which the floor holds 
 margin. A series whose scored span holds less than one budgeted kill cannot land within [1/2, 2]x of an OOM
 budget (0 kills is below, 1 is above): the share counts only series with at least one. Even then a count is
 Poisson-like: at exactly one budgeted kill, a perfectly calibrated series lands within [1/2, 2]x (1 or 2 kills)
-with probability 0.55, so the 80% goal is out of reach for OOM budgets over a month.
+with probability 0.55, so the 80% goal is out of reach for OOM budgets over a month. The last column splits the
+OOM rate between those series and the rest: the margin of a series is lowered only past its first budgeted kill
+(``RiskBudget.memory_kill_allowance``), so the rest run at the priced level, whatever the budget.
 
 ``python -m tests.benchmarks.calibration_study [--trace NAME ...] [--series N] [--scales 0.1,1,10]
 [--budgets B1;B2;B3] [--write]``; ``--write`` puts the table into the ``calibration`` section of RESULTS.md.
@@ -110,6 +112,15 @@ def within_share(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget)
     return cpu_in, mem_in
 
 
+def oom_split(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) -> str:
+    """The OOM rate per container-month over the series whose scored span holds at least one budgeted kill (the
+    ones the budget governs: ``RiskBudget.memory_kill_allowance``) and over the rest, each with its count."""
+    parts = [[(k, m) for (k, m), (_, b) in zip(row.oom_series, bound, strict=False)
+              if (not b and budget.oom_per_month * m >= 1.0) is want] for want in (True, False)]
+    return " / ".join("n/a (0)" if not p else f"{sum(k for k, _ in p) / sum(m for _, m in p):.2f} ({len(p)})"
+                      for p in parts)
+
+
 def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
     out = []
     for raw in res.values():
@@ -121,7 +132,8 @@ def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
         out.append(f"| {name} | {scale}x | {budget_text(budget)} | {row.cpu_share:.4f} "
                    f"({row.cpu_share / budget.cpu_over_share - 1:+.0%}) vs {vpa.cpu_share:.4f} | {cpu_in:.0%} | "
                    f"{oom} vs {oom_vpa} | {'n/a' if mem_in is None else f'{mem_in:.0%}'} | "
-                   f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {_vs(row, vpa)} |")
+                   f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {_vs(row, vpa)} | "
+                   f"{oom_split(row, bound, budget)} |")
     return out
 
 
@@ -148,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     budgets = [replace(parse_budget(b), **extra) for b in args.budgets.split(";")]
     header = ["| trace | scale | budget | CPU share over request (vs budget) vs VPA | series within [1/2, 2]x "
               "(CPU) | OOM / container-month vs VPA | series within [1/2, 2]x (OOM) | floor-bound series (CPU / "
-              "memory) | CPU slack rel / mem slack rel / changes per day, vs VPA |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "memory) | CPU slack rel / mem slack rel / changes per day, vs VPA | OOM / container-month: series "
+              "holding >= 1 budgeted kill (n) / the rest (n) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     table = list(header)
     print("\n".join(header))
     for name in args.trace or sorted(TRACES):

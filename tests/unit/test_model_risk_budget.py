@@ -54,16 +54,37 @@ def test_the_cpu_step_is_eta_times_the_error_times_the_hours_within_the_bounds()
 
 
 def test_the_memory_step_is_eta_per_kill_less_the_budget_of_the_time_seen() -> None:
-    # eta 0.5 at first: 0.5 x (1 kill - 1 per month x 1 h / 720 h) = 0.5 x (1 - 1/720) = 0.49931.
-    assert BOTH.memory_step(0.0, kills=1, seen_s=HOUR, observed_days=0.0) == pytest.approx(0.5 * (1 - 1 / 720))
+    # eta 0.5 at first: 0.5 x (1 kill - 1 per month x 1 h / 720 h) = 0.5 x (1 - 1/720) = 0.49931 (no allowance:
+    # every hour counts).
+    plain = RiskBudget(cpu_over_share=0.01, oom_per_month=1.0, memory_kill_allowance=0.0)
+    assert plain.memory_step(0.0, kills=1, seen_s=HOUR, observed_days=0.0) == pytest.approx(0.5 * (1 - 1 / 720))
     # a quiet day at eta_end (0.1, after very long): 0.1 x (0 - 24 / 720) = -0.003333
     assert BOTH.memory_step(0.0, kills=0, seen_s=DAY, observed_days=1e9) == pytest.approx(-0.1 / 30, rel=1e-6)
     assert MONTH_S == 30 * DAY
 
 
+def test_the_memory_margin_is_lowered_only_past_the_first_budgeted_kill() -> None:
+    # 1 kill per month and an allowance of 1 kill: the first 30 days lower nothing. A kill still raises it:
+    # eta at 10 days = 0.1 + 0.4 x 2 / 12 = 0.16667.
+    assert BOTH.memory_kill_allowance == 1.0
+    assert BOTH.memory_step(0.0, kills=0, seen_s=DAY, observed_days=29.0) == 0.0
+    assert BOTH.memory_step(0.0, kills=1, seen_s=HOUR, observed_days=10.0) == pytest.approx(0.1 + 0.4 * 2 / 12)
+    # the day that crosses 30 days counts only its part past them: observed 30.5 days, half a day past, at eta
+    # 0.1 + 0.4 x 2 / 32.5 = 0.12462: 0.12462 x (0 - 1 x 0.5 / 30) = -0.0020769.
+    eta = 0.1 + 0.4 * 2 / 32.5
+    assert BOTH.memory_step(0.0, kills=0, seen_s=DAY, observed_days=30.5) == pytest.approx(-eta * 0.5 / 30)
+    assert BOTH.budget_months(DAY, 30.5) == pytest.approx(0.5 / 30)
+    # 2 kills per month: the allowance is 15 days; half a kill of allowance: 7.5 days.
+    assert RiskBudget(oom_per_month=2.0).budget_months(DAY, 16.0) == pytest.approx(1.0 / 30)
+    assert RiskBudget(oom_per_month=2.0, memory_kill_allowance=0.5).budget_months(DAY, 8.0) == pytest.approx(
+        0.5 / 30)
+    assert RiskBudget(cpu_over_share=0.01).budget_months(DAY, 100.0) == 0.0  # memory not budgeted
+
+
 @pytest.mark.parametrize("bad", [dict(cpu_over_share=1.0), dict(cpu_over_share=-0.1), dict(oom_per_month=math.nan),
                                  dict(min_margin=1.5), dict(max_margin=0.5), dict(cpu_eta_end=-1.0),
-                                 dict(eta_decay_days=0.0)])
+                                 dict(eta_decay_days=0.0), dict(memory_kill_allowance=-1.0),
+                                 dict(memory_kill_allowance=math.inf)])
 def test_bad_budget_settings_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="budget"):
         RiskBudget(**bad)  # type: ignore[arg-type]
@@ -108,9 +129,10 @@ def test_overruns_are_counted_against_the_budgeted_target_from_the_first_recomme
     assert isinstance(after, PodtailorState)
     # first step from the fleet's margin (none: 0), with the hour counted so far (1/24 day) in eta:
     # CPU (0.1 + 0.4 x 2 / (2 + 1/24)) x (0.25 - 0.01) = 0.49184 x 0.24 = 0.11804;
-    # memory (0.1 + 0.4 x 2 / (2 + 1/24)) x (1 - 1/720) = 0.49184 x 0.99861 = 0.49116
+    # memory (0.1 + 0.4 x 2 / (2 + 1/24)) x (1 - 0) = 0.49184: the hour is within the first budgeted kill
+    # (``memory_kill_allowance``), so it lowers nothing
     assert after.budget.cpu_log_margin == pytest.approx(0.11804, abs=1e-5)
-    assert after.budget.memory_log_margin == pytest.approx(0.49116, abs=1e-5)
+    assert after.budget.memory_log_margin == pytest.approx(0.49184, abs=1e-5)
     assert (after.budget.cpu_seen_s, after.budget.total_cpu_seen_s, after.budget.total_memory_kills) == (0, HOUR, 1)
     # the state recommend was given is not changed: armed at the fleet's margin (0) by the first, counts kept
     assert state.budget.cpu_log_margin == 0.0 and state.budget.cpu_seen_s == HOUR
