@@ -1,0 +1,26 @@
+"""Unit tests of the CPU half of podtailor's risk budget: what its overruns are counted against (the request
+that goes out, after the resize bands)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recommender.model.podtailor_state import PodtailorState
+from recommender.model.types import ContainerPolicy
+from tests.unit.test_model_risk_budget import CPU_ONLY, DAY, HOUR, NOW, batch, current, state_with
+
+
+def test_overruns_count_against_the_request_the_bands_hold_not_the_fresh_target() -> None:
+    strategy, state = state_with(CPU_ONLY)
+    state.add(batch(np.full(int(2 * DAY / 300), 0.5), start=NOW - 2 * DAY))  # 2 days: no thin-history hold
+    # memory at its own target (1 GiB x its margin): only the CPU band decides whether anything moves
+    rec, state = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current(600, 1127428916))
+    assert isinstance(state, PodtailorState)
+    # the fresh target (about 0.5 x 1.1 = 0.55 cores) is 0.92 x the request of 600m: inside the band
+    # [0.8, 1.1], so the request is kept, and the overruns count against the kept 0.6 cores
+    assert rec.target.cpu_millicores == 600
+    assert state.budget.cpu_target_cores == pytest.approx(0.6)
+    # 0.58 cores is over the fresh target but under the request in force: not an overrun; 0.7 is one
+    state.add(batch(np.array([0.58] * 9 + [0.7] * 3), start=NOW))
+    assert (state.budget.cpu_over_s, state.budget.cpu_seen_s) == (900.0, HOUR)
