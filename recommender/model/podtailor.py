@@ -317,10 +317,13 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
                             reasons=reasons + r_kept + missing)
         rec = finalize(estimate, policy=policy, current=current)
-        if prm.budget.cpu_over_share > 0 and rec.target.cpu_millicores is not None:
+        if prm.budget.cpu_over_share > 0:
             # the request that goes out, after the bands, the dwell, the floors and the policy's caps: the one in
-            # force while the next samples are taken, which is what the budget is scored against
-            state.budget.cpu_target_cores = rec.target.cpu_millicores / 1000.0
+            # force while the next samples are taken, which is what the budget is scored against; not counted
+            # while thin history holds it (r_cpu): the margin cannot act on it, and its hours under the budget
+            # would let the margin overspend later
+            cpu_out = rec.target.cpu_millicores
+            state.budget.cpu_target_cores = None if cpu_out is None or r_cpu else cpu_out / 1000.0
         return rec, state
 
 

@@ -24,3 +24,16 @@ def test_overruns_count_against_the_request_the_bands_hold_not_the_fresh_target(
     # 0.58 cores is over the fresh target but under the request in force: not an overrun; 0.7 is one
     state.add(batch(np.array([0.58] * 9 + [0.7] * 3), start=NOW))
     assert (state.budget.cpu_over_s, state.budget.cpu_seen_s) == (900.0, HOUR)
+
+
+def test_no_overrun_is_counted_while_thin_history_holds_the_request() -> None:
+    strategy, state = state_with(CPU_ONLY)
+    state.add(batch(np.full(12, 0.5), start=NOW - HOUR))  # an hour of history: thin (under a day)
+    rec, state = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current(2000))
+    assert isinstance(state, PodtailorState)
+    # the fresh target (about 0.55 cores) is below the 2 cores in force, which thin history keeps: the margin
+    # cannot act on that request, so its hours under the budget are not counted (they would be spent later)
+    assert rec.target.cpu_millicores == 2000 and any("low confidence" in r for r in rec.reasons)
+    assert state.budget.cpu_target_cores is None and state.budget.cpu_log_margin == 0.0
+    state.add(batch(np.full(12, 0.5), start=NOW))
+    assert (state.budget.cpu_over_s, state.budget.cpu_seen_s) == (0.0, 0.0)
