@@ -1,11 +1,12 @@
 """Unit tests of the CPU half of podtailor's risk budget: what its overruns are counted against (the request
-that goes out, after the resize bands)."""
+that goes out, after the resize bands), and the step size scaled to the budget."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.podtailor_state import PodtailorState
 from recommender.model.types import ContainerPolicy
 from tests.unit.test_model_risk_budget import CPU_ONLY, DAY, HOUR, NOW, batch, current, state_with
@@ -37,3 +38,22 @@ def test_no_overrun_is_counted_while_thin_history_holds_the_request() -> None:
     assert state.budget.cpu_target_cores is None and state.budget.cpu_log_margin == 0.0
     state.add(batch(np.full(12, 0.5), start=NOW))
     assert (state.budget.cpu_over_s, state.budget.cpu_seen_s) == (0.0, 0.0)
+
+
+def test_the_cpu_step_size_scales_with_the_reference_over_the_budget() -> None:
+    # an hour half over, at 0 days (eta 0.5): at the reference 1%, 0.5 x (0.5 - 0.01) = 0.245;
+    # at 0.5% eta doubles: 1.0 x (0.5 - 0.005) = 0.495; at 2% it halves: 0.25 x (0.5 - 0.02) = 0.12
+    def step(share: float, power: float = 1.0) -> float:
+        budget = RiskBudget(cpu_over_share=share, cpu_eta_budget_power=power)
+        return budget.cpu_step(0.0, over_s=1800.0, seen_s=HOUR, observed_days=0.0)
+
+    assert step(0.01) == pytest.approx(0.245)
+    assert step(0.005) == pytest.approx(0.495)
+    assert step(0.02) == pytest.approx(0.12)
+    assert step(0.02, power=0.0) == pytest.approx(0.5 * 0.48)  # power 0: the step sizes as stated
+    # an hour without overruns lowers the log-margin by the same amount at every budget: eta x budget is fixed
+    quiet = [RiskBudget(cpu_over_share=a).cpu_step(0.0, over_s=0.0, seen_s=HOUR, observed_days=0.0)
+             for a in (0.005, 0.01, 0.02)]
+    assert quiet == pytest.approx([-0.005] * 3)
+    with pytest.raises(ValueError, match="budget"):
+        RiskBudget(cpu_over_share=0.01, cpu_eta_budget_power=-1.0)
