@@ -293,8 +293,6 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         ratio = state.note_cpu_limit_ratio(cur_cpu, current.limits.cpu_millicores)
         if cpu is not None and cpu.limit is not None:
             cpu = replace(cpu, limit=max(cpu.limit, prm.cpu_limit.floor(cpu.target, ratio)))
-        if prm.budget.cpu_over_share > 0 and cpu is not None:
-            state.budget.cpu_target_cores = cpu.target
         cur_mem = current.requests.memory_bytes
         # Without a held margin the first estimate computes it anew, so a refresh would repeat the same
         # computation on the same state: the first answer is kept for it (the jump margin is the costliest part).
@@ -318,7 +316,15 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         confidence = min(min(known, default=0.0) / prm.confidence.full_days, 1.0)
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
                             reasons=reasons + r_kept + missing)
-        return finalize(estimate, policy=policy, current=current), state
+        rec = finalize(estimate, policy=policy, current=current)
+        if prm.budget.cpu_over_share > 0:
+            # the request that goes out, after the bands, the dwell, the floors and the policy's caps: the one in
+            # force while the next samples are taken, which is what the budget is scored against; not counted
+            # while thin history holds it (r_cpu): the margin cannot act on it, and its hours under the budget
+            # would let the margin overspend later
+            cpu_out = rec.target.cpu_millicores
+            state.budget.cpu_target_cores = None if cpu_out is None or r_cpu else cpu_out / 1000.0
+        return rec, state
 
 
 def _floored(name: str, est: ResourceEstimate | None, floor: float,

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 MONTH_S = 30 * 86400.0
 """A container-month, the unit of the OOM budget."""
 
+CPU_ETA_REFERENCE_SHARE = 0.01
+"""The CPU budget the CPU step sizes were chosen at (RESULTS.md, "How the CPU step size was chosen")."""
+
 STEP_HOURS_MAX = 24.0
 """The most observed time one calibration step may weigh (a checkpoint restored after a long pause)."""
 
@@ -44,6 +47,12 @@ class RiskBudget:
     (RESULTS.md, "Risk budget calibration")."""
     cpu_eta_end: float = 0.1
     """CPU step size after many days."""
+    cpu_eta_budget_power: float = 1.0
+    """Both CPU step sizes are multiplied by (``CPU_ETA_REFERENCE_SHARE`` / ``cpu_over_share``) to this power: 1
+    keeps ACI's bound on the *relative* error of the realized rate, (range of log m + eta) / (eta x T x budget),
+    the same at every budget as at the reference the step sizes were chosen at (a 0.5% budget steps twice as
+    far, a 2% one half as far); 0 leaves them as stated. 1 landed nearer 0.5% and 2% budgets on the training
+    traces than 0, at more CPU slack at 0.5% and less at 2% (RESULTS.md, "CPU budget, second pass")."""
     memory_eta_start: float = 0.5
     """Memory step size (log-margin per OOM kill) for a container with no history."""
     memory_eta_end: float = 0.1
@@ -63,7 +72,8 @@ class RiskBudget:
     def __post_init__(self) -> None:
         if not (0 <= self.cpu_over_share < 1 and 0 <= self.oom_per_month < math.inf):  # also rejects NaN
             raise ValueError("budget: cpu_over_share must be in [0, 1) and oom_per_month finite and >= 0")
-        etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end)
+        etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end,
+                self.cpu_eta_budget_power)
         if not all(0 <= e < math.inf for e in etas) or not self.eta_decay_days > 0:
             raise ValueError("budget: the step sizes must be finite and >= 0, eta_decay_days > 0")
         if not 0 <= self.memory_kill_allowance < math.inf:
@@ -91,6 +101,8 @@ class RiskBudget:
             return log_margin
         hours = min(seen_s / 3600.0, STEP_HOURS_MAX)
         eta = self.eta(self.cpu_eta_start, self.cpu_eta_end, observed_days)
+        if self.cpu_eta_budget_power > 0 and self.cpu_over_share > 0:
+            eta *= (CPU_ETA_REFERENCE_SHARE / self.cpu_over_share) ** self.cpu_eta_budget_power
         return self._clip(log_margin + eta * (over_s / seen_s - self.cpu_over_share) * hours)
 
     def memory_step(self, log_margin: float, *, kills: int, seen_s: float, observed_days: float) -> float:

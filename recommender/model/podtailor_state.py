@@ -138,8 +138,10 @@ class PodtailorState(SeenSpan):
 
     def _count_budget(self, cpu: FloatArray, memory_samples: int, batch: UsageBatch) -> None:
         """Count the overruns of a batch of a budgeted resource (one with a log-margin): CPU time above the CPU
-        target last recommended (before the resize bands hold the request: the margin is calibrated on its own
-        level, so that a held request does not drive it; the request is within the band of it), OOM kills."""
+        request last recommended (after the resize bands, the dwell and the floors: the request in force while
+        the batch was taken, which the realized rate is scored against; ACI holds the long-run rate of the error
+        it integrates, so a request held above or below the budgeted level moves the margin to make up for
+        it), OOM kills."""
         b = self.budget
         if b.cpu_log_margin is not None and b.cpu_target_cores is not None and cpu.size:
             over = float(np.count_nonzero(cpu > b.cpu_target_cores)) * batch.cpu_interval_s
@@ -256,7 +258,7 @@ class BudgetState:
     cpu_log_margin: float | None = None
     memory_log_margin: float | None = None
     cpu_target_cores: float | None = None
-    """The CPU target last recommended with the budget, before the resize bands (what overruns count against)."""
+    """The CPU request last recommended with the budget, after the resize bands (what overruns count against)."""
     cpu_over_s: float = 0.0
     cpu_seen_s: float = 0.0
     memory_kills: int = 0
