@@ -8,7 +8,8 @@ rate over all series (CPU: time over the request / time; memory: OOM-equivalents
 [1/2, 2]x of the budget (goal: 80%), and VPA's realized rate in the same run. Series that cannot meet a budget
 are counted apart and left out of the share: those whose usage is above podtailor's per-pod floor for less
 than half the budget (CPU time; memory: hours per month), which the floor holds above their usage whatever the
-margin. A series whose scored span holds less than one budgeted kill cannot land within [1/2, 2]x of an OOM
+margin; where there are any, the CPU cell also gives the realized rate over the other series. A series
+whose scored span holds less than one budgeted kill cannot land within [1/2, 2]x of an OOM
 budget (0 kills is below, 1 is above): the share counts only series with at least one. Even then a count is
 Poisson-like: at exactly one budgeted kill, a perfectly calibrated series lands within [1/2, 2]x (1 or 2 kills)
 with probability 0.55, so the 80% goal is out of reach for OOM budgets over a month. The last column splits the
@@ -94,8 +95,10 @@ def study(series: list[Series], budgets: list[RiskBudget], workers: int) -> dict
     for spec, budget in zip(specs[1:], budgets, strict=True):
         bound = [floor_bound(s, budget) for s, p in zip(series, per, strict=True) if p]
         kept = [p for p in per if p]
+        free = [p[spec.key] for p, (cpu_bound, _) in zip(kept, bound, strict=True) if not cpu_bound]
         out[spec.key] = {"budget": budget, "row": rates([p[spec.key] for p in kept]),
-                         "vpa": rates([p["vpa"] for p in kept]), "bound": bound}
+                         "vpa": rates([p["vpa"] for p in kept]), "bound": bound,
+                         "free_cpu_share": rates(free).cpu_share if free else None}
     return out
 
 
@@ -129,8 +132,11 @@ def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
         cpu_in, mem_in = within_share(row, bound, budget)
         oom = "n/a" if row.oom_per_month is None else f"{row.oom_per_month:.2f}"
         oom_vpa = "n/a" if vpa.oom_per_month is None else f"{vpa.oom_per_month:.2f}"
+        free = raw["free_cpu_share"]
+        apart = "" if not any(c for c, _ in bound) or free is None else \
+            f"; {free:.4f} ({free / budget.cpu_over_share - 1:+.0%}) without the floor-bound"
         out.append(f"| {name} | {scale}x | {budget_text(budget)} | {row.cpu_share:.4f} "
-                   f"({row.cpu_share / budget.cpu_over_share - 1:+.0%}) vs {vpa.cpu_share:.4f} | {cpu_in:.0%} | "
+                   f"({row.cpu_share / budget.cpu_over_share - 1:+.0%}) vs {vpa.cpu_share:.4f}{apart} | {cpu_in:.0%} | "
                    f"{oom} vs {oom_vpa} | {'n/a' if mem_in is None else f'{mem_in:.0%}'} | "
                    f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {_vs(row, vpa)} | "
                    f"{oom_split(row, bound, budget)} |")
