@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from podtailor.numeric import is_finite_number
 from recommender.model.common import DAY_S, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.observed import Observed, SeenSpan, adaptive_step, throttle_corrected
@@ -284,8 +285,7 @@ class BudgetState:
         out = cls()
         for f in dataclasses.fields(cls):
             value = raw.get(f.name, getattr(out, f.name))
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not math.isfinite(value)):
+            if value is not None and not is_finite_number(value):
                 raise ValueError(f"bad budget.{f.name} in a podtailor checkpoint")
             kind = int if f.name.endswith("kills") else float
             setattr(out, f.name, None if value is None else kind(value))
