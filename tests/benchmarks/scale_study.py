@@ -256,7 +256,8 @@ def assembled_facts(runs: dict[str, dict[str, Any]]) -> str:
     lines += [f"- {name}: {run['facts']} Ended {run['ended']}." for name, run in runs.items()]
     missing = sorted(set(TRACES) - set(runs))
     if missing:
-        lines += ["", f"Not in this section (no saved run): {', '.join(missing)}."]
+        lines += ["", f"Not in this section (no saved run: not run, or not finished when the section was written): "
+                      f"{', '.join(missing)}."]
     return "\n".join(lines)
 
 

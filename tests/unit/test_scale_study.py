@@ -92,7 +92,8 @@ def test_from_json_writes_one_section_from_runs_saved_one_trace_at_a_time(
     assert "| google-odd | 1x |" in body and "| bitbrains-07 | 1x |" in body
     assert "from saved per-trace runs (--from-json)" in body  # not this machine's facts
     assert "- google-odd: Machine: facts of google-odd. Ended " in body
-    assert "Not in this section (no saved run): bitbrains-08." in body
+    assert "Not in this section (no saved run: not run, or not finished when the section was written): " \
+           "bitbrains-08." in body
     assert "(every series of each training trace" in body and "2 workers" in body
 
 
