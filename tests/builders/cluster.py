@@ -3,6 +3,7 @@ ResizePolicies, and the updater's Executor run in-process pass by pass until its
 
 Used by the updater, fallback, quota, drain and webhook tests in tests/integration and by the drills (whose
 ``scenario`` fixtures build it on their own control plane); the real-kubelet variants subclass it.
+``run_deployment`` puts a Deployment on the real node's pool (the real-node tests' ``real_scenario``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.builders.realpods import pod_spec
 from tests.conftest import SimFactory
 from tests.nodesim.nodes import POOL_LABEL_KEYS, NodePool
 from tests.waiting import eventually
@@ -131,3 +133,17 @@ class Scenario:
     def settled(self) -> bool:
         rs = self.rollouts()
         return bool(rs) and all(r.phase in (Phase.COMPLETED, Phase.HALTED, Phase.ROLLED_BACK) for r in rs)
+
+
+def run_deployment(s: Scenario, name: str, *containers: dict[str, Any],
+                   init_containers: tuple[dict[str, Any], ...] = ()) -> None:
+    """A one-replica Deployment ``name`` on the real node's pool (``s.pools["real"]``), with the real node's
+    toleration; waits until its pod runs."""
+    labels = {"app": name}
+    spec = {**pod_spec("", *containers, init_containers=init_containers), "nodeSelector": {POOL_KEY: s.pools["real"]}}
+    del spec["nodeName"]
+    s.apps.create_namespaced_deployment(s.ns, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": spec}}})
+    eventually(f"{name} running on the real node", lambda: len(s.running(name)) == 1, timeout_s=90)

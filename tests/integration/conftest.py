@@ -4,6 +4,8 @@
 after the test: its watches stopped, its ResizePolicies deleted); ``test_fallback_kubelets.py`` overrides it
 with its own real-kubelet scenario, which ``webhook`` (the real admission webhook, registered for the
 scenario's namespace) then uses. ``sc`` and ``hook`` are the quota and drain tests' short names for them.
+``real_scenario`` is the drills' scenario (the updater's real executor, driven pass by pass) on the real node's
+pool, for the real-node tests that go through the updater.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from kubernetes import client
 
 from tests.builders.cluster import Scenario
 from tests.conftest import SimFactory
+from tests.drills._rollout_scenario import DrillScenario
 from tests.harness.process import free_port
+from tests.harness.realnode import RealNodePool
 from tests.integration.webhook_probe import all_mutated
 from tests.waiting import eventually
 
@@ -30,6 +34,19 @@ def scenario(api: client.ApiClient, crds: list[str], namespace: str, make_sim: S
         yield s
     finally:
         s.stop_watching()
+        for name in s.policies:
+            s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
+
+
+@pytest.fixture
+def real_scenario(api: client.ApiClient, crds: list[str], namespace: str,
+                  real_nodes: RealNodePool) -> Iterator[DrillScenario]:
+    """A ``DrillScenario`` whose pool "real" is the real node's (no simulator); its ResizePolicies deleted after."""
+    s = DrillScenario(api, namespace, make_sim=lambda *a, **k: None)
+    s.pools["real"] = next(iter(real_nodes.nodes.values())).pool.name
+    try:
+        yield s
+    finally:
         for name in s.policies:
             s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
 

@@ -12,16 +12,21 @@ init container.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from tests.builders.cluster import POOL_KEY
-from tests.builders.realpods import container, container_id, hold_mib, run_pod, status_of, wait_resized
+from tests.builders.cluster import run_deployment
+from tests.builders.realpods import (
+    container,
+    container_id,
+    hold_mib,
+    run_pod,
+    status_of,
+    wait_resized,
+)
 from tests.drills._rollout_scenario import DrillScenario
-from tests.harness.realnode import REAL_TOLERATION, RealNodePool
-from tests.waiting import eventually
+from tests.harness.realnode import RealNodePool
 from updater.answers import NodeFeature
 from updater.rollout.machine.journal import EntryState
 
@@ -70,29 +75,9 @@ def test_a_completed_init_container_is_resized_in_place_and_not_run_again(
     assert after.status.observed_generation == 2
 
 
-@pytest.fixture
-def scenario(api: client.ApiClient, crds: list[str], namespace: str,
-             real_nodes: RealNodePool) -> Iterator[DrillScenario]:
-    s = DrillScenario(api, namespace, make_sim=lambda *a, **k: None)
-    s.pools["real"] = next(iter(real_nodes.nodes.values())).pool.name
-    try:
-        yield s
-    finally:
-        for name in s.policies:
-            s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
-
-
-def test_the_updater_resizes_a_completed_init_container_on_a_real_node(scenario: DrillScenario) -> None:
-    s = scenario
-    labels = {"app": "web"}
-    s.apps.create_namespaced_deployment(s.ns, {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"nodeSelector": {POOL_KEY: s.pools["real"]}, "tolerations": [REAL_TOLERATION],
-                     "terminationGracePeriodSeconds": 1, "enableServiceLinks": False,
-                     "automountServiceAccountToken": False, "initContainers": [_setup()], "containers": [_app()]}}}})
-    eventually("web running on the real node", lambda: len(s.running("web")) == 1, timeout_s=90)
+def test_the_updater_resizes_a_completed_init_container_on_a_real_node(real_scenario: DrillScenario) -> None:
+    s = real_scenario
+    run_deployment(s, "web", _app(), init_containers=(_setup(),))
     [pod] = s.running("web")
     setup_id, app_id = _init(pod).state.terminated.container_id, container_id(pod, "app")
     s.vpa("web", {"cpu": "100m", "memory": "32Mi"})  # the app stays where it is

@@ -10,12 +10,11 @@ values, in spec, in status and in the restarted container's cgroup, and the pool
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from tests.builders.cluster import POOL_KEY
+from tests.builders.cluster import run_deployment
 from tests.builders.realpods import (
     GROW_FILE,
     Mi,
@@ -28,43 +27,22 @@ from tests.builders.realpods import (
 )
 from tests.drills._rollout_scenario import DrillScenario
 from tests.harness.cluster import ClusterState
-from tests.harness.realnode import REAL_TOLERATION, RealNodePool
+from tests.harness.realnode import RealNodePool
 from tests.waiting import eventually
 from updater.rollout.machine.journal import EntryState, Phase
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def scenario(api: client.ApiClient, crds: list[str], namespace: str,
-             real_nodes: RealNodePool) -> Iterator[DrillScenario]:
-    s = DrillScenario(api, namespace, make_sim=lambda *a, **k: None)
-    node = next(iter(real_nodes.nodes.values()))
-    s.pools["real"] = node.pool.name
-    try:
-        yield s
-    finally:
-        for name in s.policies:
-            s.custom.delete_cluster_custom_object("podtailor.io", "v1alpha1", "resizepolicies", name)
-
-
 def _deployment(s: DrillScenario) -> None:
-    labels = {"app": "web"}
     app = container("app", hold_mib(16, grow_to_mib=100), requests={"cpu": "100m", "memory": "64Mi"},
                     limits={"cpu": "200m", "memory": "128Mi"})
-    s.apps.create_namespaced_deployment(s.ns, {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"nodeSelector": {POOL_KEY: s.pools["real"]}, "tolerations": [REAL_TOLERATION],
-                     "terminationGracePeriodSeconds": 1, "enableServiceLinks": False,
-                     "automountServiceAccountToken": False, "containers": [app]}}}})
-    eventually("web running on the real node", lambda: len(s.running("web")) == 1, timeout_s=90)
+    run_deployment(s, "web", app)
 
 
 def test_a_kernel_oom_kill_after_a_decrease_fails_the_gate_and_the_batch_is_rolled_back(
-        scenario: DrillScenario, real_nodes: RealNodePool, cluster: ClusterState) -> None:
-    s, layout = scenario, real_nodes.layout
+        real_scenario: DrillScenario, real_nodes: RealNodePool, cluster: ClusterState) -> None:
+    s, layout = real_scenario, real_nodes.layout
     node = next(iter(real_nodes.nodes.values()))
     _deployment(s)
     s.vpa("web", {"cpu": "100m", "memory": "40Mi"})  # request 64Mi -> 40Mi, limit 128Mi -> 80Mi (ratio kept)
