@@ -17,37 +17,16 @@ the Google jobs, CPU minutes over the limit) still leaves an answer for the rest
 
 from __future__ import annotations
 
-import enum
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from recommender.backtest.no_worse import RISK_LINES, Line
 from recommender.backtest.scoring import Metrics
 from recommender.backtest.sweep import SWEPT, FrontierRow
 
 BASELINE = "vpa"
-
-
-class RiskLine(enum.Enum):
-    """A figure of risk, held to VPA's; the value is the ``Metrics`` field."""
-
-    OOMS = "ooms_per_series_day"
-    CPU_OVER_REQUEST = "cpu_over_request_min_per_day"
-    CPU_OVER_LIMIT = "cpu_over_limit_min_per_day"
-    CHANGES = "changes_per_series_day"
-
-    @property
-    def title(self) -> str:
-        match self:
-            case RiskLine.OOMS:
-                return "OOMs per series-day"
-            case RiskLine.CPU_OVER_REQUEST:
-                return "CPU minutes over the request per day"
-            case RiskLine.CPU_OVER_LIMIT:
-                return "CPU minutes over the limit per day"
-            case RiskLine.CHANGES:
-                return "changes per series-day"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,29 +36,29 @@ class EqualRisk:
     baseline: str
     risk: float | None
     """The setting, interpolated (None: no swept point is within the baseline's risk)."""
-    binding: RiskLine | None
+    binding: Line | None
     """The line at the baseline's figure there (None: none reaches it within the sweep, or no point)."""
     cpu_slack_cores: float | None
     memory_slack_gib: float | None
     cpu_slack_vs_baseline: float | None
     """slack / the baseline's slack - 1 (negative: less slack than the baseline)."""
     memory_slack_vs_baseline: float | None
-    lines: tuple[tuple[RiskLine, float, float], ...]
+    lines: tuple[tuple[Line, float, float], ...]
     """Each line held: (line, the point's figure, the baseline's figure)."""
     reason: str
-    set_aside: tuple[RiskLine, ...] = ()
+    set_aside: tuple[Line, ...] = ()
     """Lines above the baseline's figure at every swept risk, left out: the point then holds the other lines
     only (empty: it holds every line)."""
 
 
-def _figure(m: Metrics, line: RiskLine) -> float | None:
+def _figure(m: Metrics, line: Line) -> float | None:
     value = getattr(m, line.value)
     return None if value is None else float(value)
 
 
-def _held_lines(swept: Sequence[FrontierRow], base: Metrics) -> list[RiskLine]:
+def _held_lines(swept: Sequence[FrontierRow], base: Metrics) -> list[Line]:
     """The lines the baseline and every swept row have a figure for."""
-    return [line for line in RiskLine if _figure(base, line) is not None
+    return [line for line in RISK_LINES if _figure(base, line) is not None
             and all(_figure(r.metrics, line) is not None for r in swept)]
 
 
@@ -94,7 +73,7 @@ def _interval(a: float, b: float, limit: float) -> tuple[float, float] | None:
 
 
 def _highest_within(lo: FrontierRow, hi: FrontierRow, base: Metrics,
-                    lines: Sequence[RiskLine]) -> tuple[float, RiskLine | None] | None:
+                    lines: Sequence[Line]) -> tuple[float, Line | None] | None:
     """The largest t of the segment within the baseline on every line and the line at the baseline's figure
     there (None: no line reaches it); None when no t of the segment is within on every line."""
     lower, upper, binding = 0.0, 1.0, None
@@ -118,7 +97,7 @@ def _versus(value: float | None, base: float | None) -> float | None:
     return None if value is None or base is None or base <= 0 else value / base - 1.0
 
 
-def _always_above(base: Metrics, swept: Sequence[FrontierRow], lines: Sequence[RiskLine]) -> dict[RiskLine, str]:
+def _always_above(base: Metrics, swept: Sequence[FrontierRow], lines: Sequence[Line]) -> dict[Line, str]:
     """The lines above the baseline's figure at every swept risk, each with the fewest seen and where."""
     above = {}
     for line in lines:
@@ -126,7 +105,7 @@ def _always_above(base: Metrics, swept: Sequence[FrontierRow], lines: Sequence[R
         low = min(swept, key=lambda r: (_figure(r.metrics, line) or 0.0, r.risk or 0.0))
         fewest = _figure(low.metrics, line) or 0.0
         if fewest > limit:
-            above[line] = f"{line.title} (fewest {fewest:.4g} at risk {low.risk:g}, {BASELINE} {limit:.4g})"
+            above[line] = f"{line.long_title} (fewest {fewest:.4g} at risk {low.risk:g}, {BASELINE} {limit:.4g})"
     return above
 
 
@@ -142,8 +121,8 @@ def _slack_text(cpu: float, cpu_vs: float | None, mem: float | None, mem_vs: flo
     return f"CPU slack {cpu:.4f} cores{vs(cpu_vs)}{memory}"
 
 
-def _point(lo: FrontierRow, hi: FrontierRow, t: float, binding: RiskLine | None, base: Metrics,
-           lines: Sequence[RiskLine]) -> EqualRisk:
+def _point(lo: FrontierRow, hi: FrontierRow, t: float, binding: Line | None, base: Metrics,
+           lines: Sequence[Line]) -> EqualRisk:
     a, b = lo.risk or 0.0, hi.risk or 0.0
     risk = math.exp((1.0 - t) * math.log(a) + t * math.log(b)) if a > 0 and b > 0 else a
     cpu = (1.0 - t) * lo.metrics.cpu_slack_cores + t * hi.metrics.cpu_slack_cores
@@ -159,12 +138,12 @@ def _point(lo: FrontierRow, hi: FrontierRow, t: float, binding: RiskLine | None,
         limit = _figure(base, binding) or 0.0
         on_row = a == b or t in (0.0, 1.0)
         where = f"at the swept row {a if t == 0 else b:g}" if on_row else f"between {a:g} and {b:g}, linear in log risk"
-        reason = f"risk {risk:.3g} ({where}): {binding.title} at {BASELINE}'s {limit:.4g}; {slack}"
+        reason = f"risk {risk:.3g} ({where}): {binding.long_title} at {BASELINE}'s {limit:.4g}; {slack}"
     return EqualRisk(baseline=BASELINE, risk=risk, binding=binding, cpu_slack_cores=cpu, memory_slack_gib=mem,
                      cpu_slack_vs_baseline=cpu_vs, memory_slack_vs_baseline=mem_vs, lines=held, reason=reason)
 
 
-def _search(swept: Sequence[FrontierRow], base: Metrics, lines: Sequence[RiskLine]) -> EqualRisk | None:
+def _search(swept: Sequence[FrontierRow], base: Metrics, lines: Sequence[Line]) -> EqualRisk | None:
     """The highest-risk point within the baseline on ``lines``, scanning the segments from the top."""
     segments = list(itertools.pairwise(swept)) or [(swept[0], swept[0])]
     for lo, hi in reversed(segments):

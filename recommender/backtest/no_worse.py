@@ -21,7 +21,8 @@ TOLERANCE = 0.02
 
 
 class Line(enum.Enum):
-    """A line of #39 item 3, lower is better; the value is the ``Metrics`` field."""
+    """A line of #39 item 3, lower is better; the value is the ``Metrics`` field. The first four are the lines
+    of risk (``RISK_LINES``), which the point at VPA's risk (``equal_risk``) holds to VPA's."""
 
     OOMS = "ooms_per_series_day"
     CPU_OVER_REQUEST = "cpu_over_request_min_per_day"
@@ -45,6 +46,27 @@ class Line(enum.Enum):
                 return "CPU slack"
             case Line.MEMORY_SLACK:
                 return "memory slack"
+
+    @property
+    def long_title(self) -> str:
+        """The title with its unit, as a column heading."""
+        match self:
+            case Line.OOMS:
+                return "OOMs per series-day"
+            case Line.CPU_OVER_REQUEST:
+                return "CPU minutes over the request per day"
+            case Line.CPU_OVER_LIMIT:
+                return "CPU minutes over the limit per day"
+            case Line.CHANGES:
+                return "changes per series-day"
+            case Line.CPU_SLACK:
+                return "CPU slack (cores)"
+            case Line.MEMORY_SLACK:
+                return "memory slack (GiB)"
+
+
+RISK_LINES: tuple[Line, ...] = (Line.OOMS, Line.CPU_OVER_REQUEST, Line.CPU_OVER_LIMIT, Line.CHANGES)
+"""The lines of risk, in ``Line``'s order: every line but the two slacks."""
 
 
 def within_tolerance(value: float, baseline: float, tolerance: float = TOLERANCE) -> bool:

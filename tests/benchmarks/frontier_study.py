@@ -25,7 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from recommender.backtest.equal_risk import EqualRisk, RiskLine, at_baseline_risk
+from recommender.backtest.equal_risk import EqualRisk, at_baseline_risk
+from recommender.backtest.no_worse import RISK_LINES
 from recommender.backtest.replay import ReplayConfig
 from recommender.backtest.scoring import Metrics
 from recommender.backtest.sweep import SWEPT, FrontierRow, parse_risks, sweep_specs
@@ -99,13 +100,13 @@ def markdown_row(t: TraceFrontier) -> str:
     head = f"| {t.trace} ({series}) | {', '.join(f'{r.risk:g}' for r in swept)} | {at_default} | "
     e = t.equal
     if e is None or e.risk is None:
-        return head + "none | | | | | " + " | ".join("" for _ in RiskLine) + " |"
-    binding = "none (a bound)" if e.binding is None else e.binding.title
-    aside = ", ".join(line.title for line in e.set_aside) or "none"
+        return head + "none | | | | | " + " | ".join("" for _ in RISK_LINES) + " |"
+    binding = "none (a bound)" if e.binding is None else e.binding.long_title
+    aside = ", ".join(line.long_title for line in e.set_aside) or "none"
     lines = {line: f"{value:.4g} vs {base:.4g}" for line, value, base in e.lines}
     return (head + f"{e.risk:.3g} | {aside} | {binding} | {_pct(e.cpu_slack_vs_baseline)} | "
             f"{_pct(e.memory_slack_vs_baseline)} | " + " | ".join(lines.get(ln, "above at every risk")
-                                                                    for ln in RiskLine) + " |")
+                                                                    for ln in RISK_LINES) + " |")
 
 
 def markdown(found: list[TraceFrontier], facts: str) -> str:
@@ -120,8 +121,8 @@ def markdown(found: list[TraceFrontier], facts: str) -> str:
            "on the other lines: no risk setting reaches VPA's risk on that line.", "",
            "| trace (series) | risks swept | default (risk 1) CPU / mem slack vs VPA | setting at VPA's risk | "
            "lines set aside (above VPA at every risk) | binding line | CPU slack vs VPA | mem slack vs VPA | "
-           + " | ".join(ln.title for ln in RiskLine) + " |",
-           "|---" * (8 + len(RiskLine)) + "|"]
+           + " | ".join(ln.long_title for ln in RISK_LINES) + " |",
+           "|---" * (8 + len(RISK_LINES)) + "|"]
     out += [markdown_row(t) for t in found]
     out.append("")
     out += [f"- {t.trace} ({t.source}): {t.equal.reason if t.equal else 'no VPA or podtailor row'}." for t in found]

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.backtest.equal_risk import RiskLine, at_baseline_risk
+from recommender.backtest.equal_risk import at_baseline_risk
+from recommender.backtest.no_worse import RISK_LINES, Line
 from recommender.backtest.runner import ORACLE
 from recommender.backtest.scoring import Metrics
 from recommender.backtest.sweep import FrontierRow
@@ -47,7 +48,7 @@ def sweep(vpa: Metrics = VPA, *, over_limit: tuple[float, ...] = (0.1, 0.2, 0.3,
 
 def test_the_first_line_to_reach_vpa_binds_and_the_slack_is_interpolated_in_log_risk() -> None:
     got = at_baseline_risk(sweep())
-    assert got is not None and got.binding is RiskLine.OOMS
+    assert got is not None and got.binding is Line.OOMS
     # OOMs reach VPA's 0.10 a third of the way from risk 1 (0.08) to risk 2 (0.14): t = 0.02 / 0.06. The other
     # lines reach theirs later (CPU over the request at t = 5/6 from risk 2, changes at t = 1/3 from risk 2).
     assert got.risk == pytest.approx(2.0 ** (1 / 3))  # 1^(2/3) * 2^(1/3)
@@ -56,16 +57,16 @@ def test_the_first_line_to_reach_vpa_binds_and_the_slack_is_interpolated_in_log_
     assert got.cpu_slack_vs_baseline == pytest.approx((0.35 - 0.05 / 3) / 0.50 - 1)  # -33.3%
     assert got.memory_slack_vs_baseline == pytest.approx((2.0 - 0.4 / 3) / 1.9 - 1)  # -1.75%
     held = {line: (value, base) for line, value, base in got.lines}
-    assert held[RiskLine.OOMS] == pytest.approx((0.10, 0.10))
-    assert held[RiskLine.CPU_OVER_REQUEST] == pytest.approx((23.0, 30.0))  # 22 + 3 / 3
-    assert held[RiskLine.CPU_OVER_LIMIT] == pytest.approx((0.2 + 0.1 / 3, 1.0))
-    assert held[RiskLine.CHANGES] == pytest.approx((1.1 + 0.1 / 3, 1.3))
+    assert held[Line.OOMS] == pytest.approx((0.10, 0.10))
+    assert held[Line.CPU_OVER_REQUEST] == pytest.approx((23.0, 30.0))  # 22 + 3 / 3
+    assert held[Line.CPU_OVER_LIMIT] == pytest.approx((0.2 + 0.1 / 3, 1.0))
+    assert held[Line.CHANGES] == pytest.approx((1.1 + 0.1 / 3, 1.3))
     assert "OOMs per series-day at vpa's 0.1" in got.reason and "-33.3% vs vpa" in got.reason
 
 
 def test_a_row_exactly_at_vpa_binds_at_that_risk() -> None:
     got = at_baseline_risk(sweep(metrics(0.50, 1.9, 0.14, 30.0, 1.0, 1.3)))
-    assert got is not None and got.binding is RiskLine.OOMS and got.risk == pytest.approx(2.0)
+    assert got is not None and got.binding is Line.OOMS and got.risk == pytest.approx(2.0)
     assert got.cpu_slack_cores == pytest.approx(0.30) and got.memory_slack_gib == pytest.approx(1.6)
     assert got.reason.startswith("risk 2 (at the swept row 2): OOMs per series-day at vpa's 0.14;")
 
@@ -79,13 +80,13 @@ def test_a_sweep_below_vpa_on_every_line_is_a_bound_at_its_highest_risk() -> Non
 
 def test_a_line_above_vpa_at_every_risk_is_named_and_set_aside_for_the_point_on_the_others() -> None:
     got = at_baseline_risk(sweep(over_limit=(1.6, 1.7, 1.9, 2.4)))  # VPA: 1.0 minute over the limit a day
-    assert got is not None and got.set_aside == (RiskLine.CPU_OVER_LIMIT,)
+    assert got is not None and got.set_aside == (Line.CPU_OVER_LIMIT,)
     assert got.reason.startswith("no swept risk is within vpa's risk on every line: above it at every swept risk on "
                                  "CPU minutes over the limit per day (fewest 1.6 at risk 0.5, vpa 1); on the other "
                                  "lines: risk 1.26 (between 1 and 2, linear in log risk): OOMs per series-day")
     # On the other three lines the point is the one of the first test: OOMs bind at 2^(1/3).
-    assert got.binding is RiskLine.OOMS and got.risk == pytest.approx(2.0 ** (1 / 3))
-    assert [line for line, *_ in got.lines] == [RiskLine.OOMS, RiskLine.CPU_OVER_REQUEST, RiskLine.CHANGES]
+    assert got.binding is Line.OOMS and got.risk == pytest.approx(2.0 ** (1 / 3))
+    assert [line for line, *_ in got.lines] == [Line.OOMS, Line.CPU_OVER_REQUEST, Line.CHANGES]
 
 
 def test_no_point_when_every_line_is_above_vpa_or_the_lines_are_within_it_at_different_risks() -> None:
@@ -104,18 +105,18 @@ def test_the_highest_point_within_is_taken_when_a_line_falls_back_below_vpa() ->
     # is within VPA's risk up to t = 5/7 from risk 0.5, leaves it, and is back from t = 0.2 from risk 1 until the
     # OOMs reach VPA's at t = 1/3 from risk 1; above that (risk 2 to 4) the OOMs stay above it.
     got = at_baseline_risk(sweep(over_limit=(0.5, 1.2, 0.2, 0.2)))
-    assert got is not None and got.binding is RiskLine.OOMS and got.risk == pytest.approx(2.0 ** (1 / 3))
+    assert got is not None and got.binding is Line.OOMS and got.risk == pytest.approx(2.0 ** (1 / 3))
     # Without the way back (0.2 -> 1.5 at risk 2), the highest point is where that line first reaches VPA's.
     before = at_baseline_risk(sweep(over_limit=(0.5, 1.2, 1.5, 1.5)))
-    assert before is not None and before.binding is RiskLine.CPU_OVER_LIMIT
+    assert before is not None and before.binding is Line.CPU_OVER_LIMIT
     assert before.risk == pytest.approx(0.5 ** (1 - 5 / 7))  # 0.5^(2/7) * 1^(5/7)
 
 
 def test_a_cpu_only_trace_holds_the_three_cpu_and_change_lines() -> None:
     got = at_baseline_risk(sweep(metrics(0.50, None, None, 30.0, 1.0, 1.3), memory=False))
-    assert got is not None and got.binding is RiskLine.CHANGES
-    assert [line for line, *_ in got.lines] == [RiskLine.CPU_OVER_REQUEST, RiskLine.CPU_OVER_LIMIT,
-                                                RiskLine.CHANGES]
+    assert got is not None and got.binding is Line.CHANGES
+    assert [line for line, *_ in got.lines] == [Line.CPU_OVER_REQUEST, Line.CPU_OVER_LIMIT,
+                                                Line.CHANGES]
     # Changes reach 1.3 a third of the way from risk 2 (1.2) to 4 (1.5): risk 2^(4/3); CPU slack stays 0.30.
     assert got.risk == pytest.approx(2.0 ** (4 / 3)) and got.cpu_slack_cores == pytest.approx(0.30)
     assert got.memory_slack_gib is None and got.memory_slack_vs_baseline is None
@@ -132,7 +133,7 @@ def test_one_swept_row_is_its_own_point_or_none() -> None:
     got = at_baseline_risk(one)
     assert got is not None and got.risk == 1.0 and got.binding is None
     over = at_baseline_risk([swept(1.0, metrics(0.35, 2.0, 0.2, 22.0, 0.2, 1.1)), other("vpa", VPA)])
-    assert over is not None and over.set_aside == (RiskLine.OOMS,) and over.risk == 1.0 and over.binding is None
+    assert over is not None and over.set_aside == (Line.OOMS,) and over.risk == 1.0 and over.binding is None
     assert "OOMs per series-day (fewest 0.2 at risk 1, vpa 0.1); on the other lines: every swept risk" in over.reason
 
 
@@ -151,12 +152,12 @@ def test_the_point_is_within_vpa_on_every_line_and_at_it_on_the_binding_one(
     if got.risk is None or got.set_aside:
         # No point on every line: then no swept row is within VPA's risk on every line either, and each line set
         # aside is above VPA's at every swept risk.
-        assert all(any(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in RiskLine) for r in rows)
+        assert all(any(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in RISK_LINES) for r in rows)
         assert all(getattr(r.metrics, ln.value) > getattr(vpa, ln.value) for ln in got.set_aside for r in rows)
     if got.risk is None:
         return
     held = [line for line, *_ in got.lines]
-    assert set(held) | set(got.set_aside) == set(RiskLine) and not set(held) & set(got.set_aside)
+    assert set(held) | set(got.set_aside) == set(RISK_LINES) and not set(held) & set(got.set_aside)
     assert 0.25 <= got.risk <= 4.0 + 1e-9
     for line, value, base in got.lines:
         assert value <= base + 1e-9 * max(1.0, base), line
