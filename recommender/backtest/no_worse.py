@@ -33,37 +33,24 @@ class Line(enum.Enum):
 
     @property
     def title(self) -> str:
-        match self:
-            case Line.OOMS:
-                return "OOMs"
-            case Line.CPU_OVER_REQUEST:
-                return "CPU min > request"
-            case Line.CPU_OVER_LIMIT:
-                return "CPU min > limit"
-            case Line.CHANGES:
-                return "changes"
-            case Line.CPU_SLACK:
-                return "CPU slack"
-            case Line.MEMORY_SLACK:
-                return "memory slack"
+        """The short title, as the verdict names a failing line."""
+        return _TITLES[self][0]
 
     @property
     def long_title(self) -> str:
         """The title with its unit, as a column heading."""
-        match self:
-            case Line.OOMS:
-                return "OOMs per series-day"
-            case Line.CPU_OVER_REQUEST:
-                return "CPU minutes over the request per day"
-            case Line.CPU_OVER_LIMIT:
-                return "CPU minutes over the limit per day"
-            case Line.CHANGES:
-                return "changes per series-day"
-            case Line.CPU_SLACK:
-                return "CPU slack (cores)"
-            case Line.MEMORY_SLACK:
-                return "memory slack (GiB)"
+        return _TITLES[self][1]
 
+
+_TITLES: dict[Line, tuple[str, str]] = {
+    Line.OOMS: ("OOMs", "OOMs per series-day"),
+    Line.CPU_OVER_REQUEST: ("CPU min > request", "CPU minutes over the request per day"),
+    Line.CPU_OVER_LIMIT: ("CPU min > limit", "CPU minutes over the limit per day"),
+    Line.CHANGES: ("changes", "changes per series-day"),
+    Line.CPU_SLACK: ("CPU slack", "CPU slack (cores)"),
+    Line.MEMORY_SLACK: ("memory slack", "memory slack (GiB)"),
+}
+"""Each line's short and long title (the unit tests read both for every line)."""
 
 RISK_LINES: tuple[Line, ...] = (Line.OOMS, Line.CPU_OVER_REQUEST, Line.CPU_OVER_LIMIT, Line.CHANGES)
 """The lines of risk, in ``Line``'s order: every line but the two slacks."""

@@ -45,3 +45,6 @@ def test_the_failing_lines_are_named_in_order_and_lines_without_figures_are_not_
     assert worse_lines(replace(cpu_only, cpu_over_limit_min_per_day=11.0), cpu_only) == (Line.CPU_OVER_LIMIT,)
     assert [line.title for line in Line] == ["OOMs", "CPU min > request", "CPU min > limit", "changes",
                                              "CPU slack", "memory slack"]
+    assert [line.long_title for line in Line] == [
+        "OOMs per series-day", "CPU minutes over the request per day", "CPU minutes over the limit per day",
+        "changes per series-day", "CPU slack (cores)", "memory slack (GiB)"]
