@@ -20,7 +20,9 @@ current one; both are floored at the pod's minimum split over its containers (``
 the applied values, less the deeper it is (``dwell``; the state notes them on every call; increases never
 wait). When one resource moves, the other takes its fresh target in the same update; when neither moves, both
 keep their current request and limit. With a risk budget stated (``budget``, ``podtailor_budget``; off by
-default), the CPU request's level and the memory level x margin are multiplied by the container's own margin,
+default), the slow CPU histogram's percentile is the budget's own (1 - the budget share, not the priced one:
+``RiskBudget.cpu_level_factor``), and the CPU request's level and the memory level x margin are multiplied by
+the container's own margin,
 calibrated from its overruns before each recommendation (``PodtailorState.calibrate_budget``), and starting
 from the fleet's (``fleet_scale``).
 """
@@ -113,8 +115,11 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         prm = self.params
         level = state.cpu_level if prm.cpu_calibration.budget > 0 else prm.cpu.request_percentile
         slow_level = level
-        price = prm.cpu_price.price(state.cpu.percentile(prm.cpu.upper_percentile), fleet) / prm.risk
-        if price > 0:
+        if prm.budget.cpu_over_share > 0 and prm.budget.cpu_level_factor > 0:
+            # a stated CPU budget sets the slow level itself; the margin then tracks drift (cpu_level_factor)
+            slow_level = max(1.0 - prm.budget.cpu_level_factor * prm.budget.cpu_over_share,
+                             prm.cpu.min_request_percentile)
+        elif (price := prm.cpu_price.price(state.cpu.percentile(prm.cpu.upper_percentile), fleet) / prm.risk) > 0:
             share = state.cpu.cost_share(margin_fraction=prm.cpu.margin_fraction, overrun_cost=price)
             if share is not None:
                 # just below the share, so that the slow histogram's percentile is the chosen bucket itself

@@ -53,6 +53,15 @@ class RiskBudget:
     the same at every budget as at the reference the step sizes were chosen at (a 0.5% budget steps twice as
     far, a 2% one half as far); 0 leaves them as stated. 1 landed nearer 0.5% and 2% budgets on the training
     traces than 0, at more CPU slack at 0.5% and less at 2% (RESULTS.md, "CPU budget, second pass")."""
+    cpu_level_factor: float = 1.0
+    """With a CPU budget, the slow CPU histogram's percentile is 1 - this x ``cpu_over_share`` instead of the
+    priced one (0: the priced level, at most ``CpuLevel.max_request_percentile``): at 1 the level whose share
+    of the recent history over it is the budget, so the margin starts near where it settles and only tracks
+    drift. ACI's realized error is the distance the log-margin travels over eta x T: from the priced level the
+    margin had to climb to e^0.7 (August at 0.5%, the median series), and the whole Bitbrains months overshot
+    0.5% by 75-85%; from the budget's own level they land within 10% of every budget, with less CPU slack, and a
+    VM that idles between busy days keeps its level for days, not hours (RESULTS.md, "CPU budget, third
+    pass")."""
     memory_eta_start: float = 0.5
     """Memory step size (log-margin per OOM kill) for a container with no history."""
     memory_eta_end: float = 0.1
@@ -73,7 +82,7 @@ class RiskBudget:
         if not (0 <= self.cpu_over_share < 1 and 0 <= self.oom_per_month < math.inf):  # also rejects NaN
             raise ValueError("budget: cpu_over_share must be in [0, 1) and oom_per_month finite and >= 0")
         etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end,
-                self.cpu_eta_budget_power)
+                self.cpu_eta_budget_power, self.cpu_level_factor)
         if not all(0 <= e < math.inf for e in etas) or not self.eta_decay_days > 0:
             raise ValueError("budget: the step sizes must be finite and >= 0, eta_decay_days > 0")
         if not 0 <= self.memory_kill_allowance < math.inf:

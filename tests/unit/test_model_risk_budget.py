@@ -84,7 +84,8 @@ def test_the_memory_margin_is_lowered_only_past_the_first_budgeted_kill() -> Non
 @pytest.mark.parametrize("bad", [dict(cpu_over_share=1.0), dict(cpu_over_share=-0.1), dict(oom_per_month=math.nan),
                                  dict(min_margin=1.5), dict(max_margin=0.5), dict(cpu_eta_end=-1.0),
                                  dict(eta_decay_days=0.0), dict(memory_kill_allowance=-1.0),
-                                 dict(memory_kill_allowance=math.inf)])
+                                 dict(memory_kill_allowance=math.inf), dict(cpu_level_factor=-1.0),
+                                 dict(cpu_level_factor=math.nan)])
 def test_bad_budget_settings_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="budget"):
         RiskBudget(**bad)  # type: ignore[arg-type]

@@ -57,3 +57,24 @@ def test_the_cpu_step_size_scales_with_the_reference_over_the_budget() -> None:
     assert quiet == pytest.approx([-0.005] * 3)
     with pytest.raises(ValueError, match="budget"):
         RiskBudget(cpu_over_share=0.01, cpu_eta_budget_power=-1.0)
+
+
+def test_a_cpu_budget_sets_the_slow_level_to_its_own_percentile_not_the_priced_one() -> None:
+    # two days of 5-minute samples, 1.0 core except 5% of them at 3.0 cores: at a 1% budget the slow level is
+    # the 99th percentile (3 cores, since 5% are above 1 core), at 10% the 90th (1 core); the priced level
+    # (no budget, or cpu_level_factor 0) is capped at the 95th percentile and ignores the budget
+    cpu = np.ones(int(2 * DAY / 300))
+    cpu[::20] = 3.0
+
+    def target(budget: RiskBudget | None) -> int:
+        strategy, state = state_with(budget or RiskBudget())
+        state.add(batch(cpu, start=NOW - 2 * DAY))
+        rec, _ = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current(1000))
+        assert rec.target.cpu_millicores is not None
+        return rec.target.cpu_millicores
+
+    tight, loose = target(RiskBudget(cpu_over_share=0.01)), target(RiskBudget(cpu_over_share=0.1))
+    assert 3.0 * 1.1 * 0.97 * 1000 <= tight <= 3.0 * 1.1 * 1.03 * 1000  # p99 x the 10% CPU margin, a margin of 1
+    assert 1.0 * 1.1 * 0.97 * 1000 <= loose <= 1.0 * 1.1 * 1.03 * 1000
+    priced = target(RiskBudget(cpu_over_share=0.01, cpu_level_factor=0.0))
+    assert priced == target(None) and priced < tight
