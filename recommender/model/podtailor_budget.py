@@ -31,9 +31,10 @@ _ITEM = re.compile(r"(cpu|oom)=((?:[0-9]{1,6}(?:\.[0-9]{0,12})?|\.[0-9]{1,12}))"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RiskBudget:
     """The risk a container may take, per resource, held by a margin calibrated from its own overruns: the
-    CPU request (and memory target) computed by the prices is multiplied by the container's margin m, and
-    after each observed period ``log m += eta x (observed rate - budget) x period`` within the bounds. Where a
-    container has no calibrated margin yet, it starts from the fleet's (``FleetScale``), else from 1."""
+    CPU request at the budget's own percentile (``cpu_level_factor``) and the memory target computed by the
+    memory price are multiplied by the container's margin m, and after each observed period ``log m += eta x
+    (observed rate - budget) x period`` within the bounds. Where a container has no calibrated margin yet, it
+    starts from the fleet's (``FleetScale``), else from 1."""
 
     cpu_over_share: float = 0.0
     """Share of its time (0..1) a container's CPU usage may be above its request; 0: not budgeted (the
