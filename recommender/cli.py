@@ -125,7 +125,8 @@ def budget_value(text: str) -> RiskBudget:
 def add_budget_flag(g: argparse._ActionsContainer) -> None:
     g.add_argument("--risk-budget", type=budget_value, default=None, metavar="cpu=SHARE,oom=KILLS",
                    help="podtailor's risk budget, held per container by a margin calibrated from its own overruns: "
-                        "cpu= the share of time CPU usage may be above the request (0.01 = 1%%), oom= the OOM kills "
+                        "cpu= the share of time CPU usage may be above the request (0.01 = 1%%: the request starts "
+                        "from recent usage's 99th percentile instead of the CPU price's level), oom= the OOM kills "
                         "a container may take per 30 days; either alone. A VPA's podtailor.io/risk-budget "
                         "annotation overrides it for that VPA (default: none, the prices alone; podtailor only)")
 
