@@ -31,8 +31,9 @@ def main() -> int:
     scale_study.main(["--write"])
     print("benchmark frontier (podtailor at VPA's risk, every training trace at 1x) ...", file=sys.stderr, flush=True)
     frontier_study.main(["--write"])
-    print("benchmark calibration (the risk budget on every training trace at 1x) ...", file=sys.stderr, flush=True)
-    calibration_study.main(["--write"])
+    print("benchmark calibration (the risk budget on every training trace at 0.1x, 1x and 10x) ...", file=sys.stderr,
+          flush=True)
+    calibration_study.main(["--scales", "0.1,1,10", "--write"])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)
     return 0
 
