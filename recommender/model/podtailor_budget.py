@@ -58,11 +58,11 @@ class RiskBudget:
     """With a CPU budget, the slow CPU histogram's percentile is 1 - this x ``cpu_over_share`` instead of the
     priced one (0: the priced level, at most ``CpuLevel.max_request_percentile``): at 1 the level whose share
     of the recent history over it is the budget, so the margin starts near where it settles and only tracks
-    drift. ACI's realized error is the distance the log-margin travels over eta x T: from the priced level the
-    margin had to climb to e^0.7 (August at 0.5%, the median series), and the whole Bitbrains months overshot
-    0.5% by 75-85%; from the budget's own level they land within 10% of every budget, with less CPU slack, and a
-    VM that idles between busy days keeps its level for days, not hours (RESULTS.md, "CPU budget, third
-    pass")."""
+    drift. ACI's realized error is about the distance the log-margin travels over eta x T: from the priced
+    level the margins of August's first 150 VMs at 0.5% ended at a median of e^0.77, and the whole Bitbrains
+    months overshot 0.5% by 75-85%; from the budget's own level they land within 11% of each of 0.5%, 1% and 2%
+    at 1x, with less CPU slack at 0.5% and 1%, and a VM that idles between busy days keeps its level for days,
+    not hours (RESULTS.md, "CPU budget, third pass")."""
     memory_eta_start: float = 0.5
     """Memory step size (log-margin per OOM kill) for a container with no history."""
     memory_eta_end: float = 0.1
