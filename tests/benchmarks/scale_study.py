@@ -6,8 +6,9 @@ oracle and the budgeted oracle (how much of each gap is reachable at VPA's chang
 podtailor's floors (10m, 64 MiB, the 100 MiB OOM bump) are set below the smallest scaled container (``--tiny-
 floors``, on by default), so what is left is its rule itself: its relative slack, OOMs per series-day, CPU
 minutes over the request and changes per day should stay within 5% of their 1x values. VPA runs as it is, floors
-included, as the goal lines compare against it. The traces are read from ``../shared/traces/`` and the study
-says so when they are absent.
+included, as the goal lines compare against it; ``--vpa-tiny-floors`` (by hand only: such runs never write the
+section) lowers VPA's per-pod floors the same way, to tell its rule from its floors. The traces are read from
+``../shared/traces/`` and the study says so when they are absent.
 
 ``--strategy autopilot-ml`` (repeatable) studies other registered strategies (candidates such as
 ``autopilot-ml``) in place of ``podtailor``, each in the same run as VPA and the oracle, with the tiny floors
@@ -79,9 +80,11 @@ def tiny_floors(name: str) -> list[tuple[str, Any]]:
 
 
 def study(name: str, series: list[Series], scales: list[float],
-          studied: dict[str, tuple[tuple[str, Any], ...]], workers: int) -> dict[str, Any]:
-    """Per scale: each studied strategy's figures and goals, and VPA's figures, from one run per scale."""
-    specs = [StrategySpec(name="vpa"), *(StrategySpec(name=n, overrides=o) for n, o in studied.items()),
+          studied: dict[str, tuple[tuple[str, Any], ...]], workers: int,
+          vpa: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+    """Per scale: each studied strategy's figures and goals, and VPA's figures (VPA with ``vpa``'s overrides),
+    from one run per scale."""
+    specs = [StrategySpec(name="vpa", overrides=vpa), *(StrategySpec(name=n, overrides=o) for n, o in studied.items()),
              StrategySpec(name=ORACLE), StrategySpec(name=ORACLE_BUDGET)]
     out: dict[str, Any] = {}
     for factor in scales:
@@ -217,12 +220,12 @@ SCHEMA = "podtailor.scale-study/v1"
 
 
 def document(results: dict[str, dict[str, Any]], facts: str, args: argparse.Namespace,
-             studied: dict[str, list[tuple[str, Any]]]) -> dict[str, Any]:
+             studied: dict[str, list[tuple[str, Any]]], vpa: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
     """What ``--json`` saves: the run's settings and, per trace, the machine facts at its start, when it ended
     and its rows (what ``--from-json`` reads back)."""
     ended = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC"
     return {"schema": SCHEMA, "series": args.series, "workers": args.workers, "scales": args.scales,
-            "studied": {n: [list(kv) for kv in o] for n, o in studied.items()},
+            "studied": {n: [list(kv) for kv in o] for n, o in studied.items()}, "vpa": [list(kv) for kv in vpa],
             "traces": {name: {"facts": facts, "ended": ended, "scales": res} for name, res in results.items()}}
 
 
@@ -235,7 +238,7 @@ def from_json(paths: list[Path]) -> tuple[dict[str, Any], dict[str, dict[str, An
         doc = json.loads(path.read_text())
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             raise ValueError(f"{path}: not a scale_study --json document ({SCHEMA})")
-        mine = {k: doc[k] for k in ("series", "workers", "scales", "studied")}
+        mine = {k: doc[k] for k in ("series", "workers", "scales", "studied")} | {"vpa": doc.get("vpa", [])}
         if settings is not None and mine != settings:
             raise ValueError(f"{path}: settings {mine} differ from the first document's {settings}")
         settings = mine
@@ -270,7 +273,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="a registered strategy to study against VPA (repeatable; default podtailor)")
     parser.add_argument("--set", action="append", default=[], metavar="[NAME.]KEY=VALUE",
                         help="override a studied strategy's parameter (JSON value; no NAME.: podtailor)")
-    parser.add_argument("--no-tiny-floors", action="store_true")
+    parser.add_argument("--no-tiny-floors", action="store_true",
+                        help="the studied strategies keep their own floors (10m, 64 MiB for podtailor)")
+    parser.add_argument("--vpa-tiny-floors", action="store_true",
+                        help="VPA's per-pod floors (25m, 250 MiB) are set below the smallest container too, so its "
+                             "rule is compared and not its floors (by hand; make bench runs VPA as it is)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path, help="save the settings and each trace's rows here")
     parser.add_argument("--from-json", nargs="+", type=Path, metavar="FILE",
@@ -290,6 +297,8 @@ def _assemble(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         settings, runs = from_json(args.from_json)
     except (OSError, ValueError, KeyError) as e:
         parser.error(f"--from-json: {e}")
+    if args.write and settings["vpa"]:
+        parser.error("--write: these runs lowered VPA's floors; the section compares with VPA as it is")
     results = {name: run["scales"] for name, run in runs.items()}
     names = list(settings["studied"])
     for name, res in results.items():
@@ -306,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         return _assemble(parser, args)
     names = args.strategy or ["podtailor"]
+    if args.write and args.vpa_tiny_floors:
+        parser.error("--write: the section compares with VPA as it is; --vpa-tiny-floors is for runs by hand")
+    vpa = tuple(tiny_floors("vpa")) if args.vpa_tiny_floors else ()
     if "vpa" in names or len(set(names)) < len(names):
         parser.error("--strategy: vpa is always studied against; name each other strategy once")
     overrides: dict[str, list[tuple[str, Any]]] = {n: [] if args.no_tiny_floors else tiny_floors(n) for n in names}
@@ -333,10 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             series.append(s)
             if args.series is not None and len(series) >= args.series:
                 break
-        results[name] = study(name, series, scales, {n: tuple(o) for n, o in overrides.items()}, args.workers)
+        results[name] = study(name, series, scales, {n: tuple(o) for n, o in overrides.items()}, args.workers,
+                              vpa=vpa)
         print_study(name, results[name], names)
     if args.json:
-        args.json.write_text(json.dumps(document(results, facts, args, overrides), indent=2) + "\n")
+        args.json.write_text(json.dumps(document(results, facts, args, overrides, vpa), indent=2) + "\n")
     if args.write and not results:
         print("scale_study: no training trace found; RESULTS.md left as it was", file=sys.stderr)
     elif args.write:

@@ -70,13 +70,14 @@ def test_write_without_traces_leaves_results_as_they_were(tmp_path: Path, monkey
     assert "absent" in err and "RESULTS.md left as it was" in err
 
 
-def _saved(tmp_path: Path, trace: str, *, series: int | None = None, copy: str = "") -> Path:
+def _saved(tmp_path: Path, trace: str, *, series: int | None = None, copy: str = "",
+           vpa_floors: tuple[tuple[str, float], ...] = ()) -> Path:
     """A ``--json`` document of one trace's run, as ``scale_study.document`` writes it."""
     vpa = _figures(0.4, 0.8, 0.10, 20.0, 1.0)
     res = {"1": _row(_figures(0.3, 0.7, 0.05, 10.0, 0.5), vpa, (0.6, 0.6))}
     args = scale_study._parser().parse_args(["--trace", trace, "--workers", "2"]
                                             + ([] if series is None else ["--series", str(series)]))
-    doc = scale_study.document({trace: res}, f"Machine: facts of {trace}.", args, {"podtailor": [("x", 1)]})
+    doc = scale_study.document({trace: res}, f"Machine: facts of {trace}.", args, {"podtailor": [("x", 1)]}, vpa_floors)
     path = tmp_path / f"{trace}-{series}{copy}.json"
     path.write_text(json.dumps(doc))
     return path
@@ -116,3 +117,21 @@ def test_from_json_refuses_documents_that_are_not_one_study(tmp_path: Path, caps
     with pytest.raises(SystemExit) as e:
         scale_study.main(["--from-json", *argv, "--write"])
     assert e.value.code == 2 and says in capsys.readouterr().err and not written
+
+
+def test_runs_with_vpas_floors_lowered_never_write_the_section(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The section compares with VPA as it is: a run (or saved runs) with VPA's floors lowered is refused
+    before anything is replayed or written; the lowered floors are VPA's own parameters, and they are saved."""
+    written: list[str] = []
+    monkeypatch.setattr(scale_study, "write_section", lambda name, title, body: written.append(name))
+    monkeypatch.setattr(scale_study, "run_series", lambda *a, **k: pytest.fail("replayed"))
+    assert dict(scale_study.tiny_floors("vpa")) == {"pod_min_cpu_millicores": 0.01, "pod_min_memory_mib": 0.01,
+                                                     "oom_min_bump_bytes": 1.0}
+    lowered = _saved(tmp_path, "google-odd", vpa_floors=tuple(scale_study.tiny_floors("vpa")))
+    assert json.loads(lowered.read_text())["vpa"][1] == ["pod_min_memory_mib", 0.01]
+    for argv in (["--vpa-tiny-floors", "--write"], ["--from-json", str(lowered), "--write"]):
+        with pytest.raises(SystemExit) as e:
+            scale_study.main(argv)
+        assert e.value.code == 2 and "VPA as it is" in capsys.readouterr().err
+    assert not written
