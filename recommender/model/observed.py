@@ -2,7 +2,7 @@
 
 Owns ``Observed`` (first/last sample time and samples x interval of one resource, for the confidence c =
 min(span, samples x interval) in days), ``SeenSpan`` (the first and last real sample over both resources),
-``throttle_corrected`` and ``adaptive_step`` (one step of the online calibration of a percentile).
+and ``throttle_corrected``.
 
 Throttling model: when a CPU interval had a throttled fraction f > 0 of its CFS periods, the container hit
 its quota and the observed usage is censored at the limit; the demand is taken as usage x (1 + f). This is a
@@ -42,13 +42,6 @@ class Observed:
         if self.first_s is None or self.last_s is None:
             return 0.0
         return min((self.last_s - self.first_s) / DAY_S, self.seconds / DAY_S)
-
-
-def adaptive_step(level: float, error: float, rate: float, bounds: tuple[float, float]) -> float:
-    """One online calibration step, level + rate x error clipped to ``bounds`` (the update of adaptive conformal
-    inference, Gibbs and Candes 2021, with error = the observed share over the request minus its budget)."""
-    low, high = bounds
-    return min(max(level + rate * error, low), high)
 
 
 def throttle_corrected(cpu: Samples, throttled: Samples) -> FloatArray:

@@ -1,30 +1,28 @@
 """The ``podtailor`` strategy: our default estimator, VPA's shape with its known weaknesses fixed.
 
-Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``, composed from the parts of
-``PodtailorParams`` (``podtailor_params.py``; each part says why its settings are what they are). Confidence c
-(days) per resource is min(span of the real samples, samples x their interval), not VPA's samples/1440, so
-hourly Prometheus history counts in full. CPU (``cpu``): request = max(slow pL, fast pF) x (1 + margin) over
-throttling-corrected samples; the slow level L is priced (``cpu_price``: the level that minimises provisioned
-cores plus the price x the share of time above it, ``histogram.cost_share_of``), F is the request percentile
-or the calibrated one (``cpu_calibration``, ``PodtailorState.calibrate``); bounds p50/p95 x margin x VPA's
-confidence multipliers; the limit by ``cpu_limit``. Memory (``memory``): a statistic of the peaks x (1 +
-margin), by default the priced level of the window's hourly peaks (``memory_price``, ``peaks.cost_level``);
-the margin per container from the jumps of its hourly peaks (``memory_margin``, ``peaks.jump_margin``), held
-between memory moves so that it never moves a target by itself. Both prices are divided by the risk setting;
-relative to the fleet when the caller says what fleet the container is in (``ContainerPolicy.fleet``: the
-engine, the report and the backtest do; ``fleet_sums`` gives it as summable parts of the states). The memory
-target is floored by recent OOM bumps (``oom``) capped at maxAllowed (the bump never enters the histogram, so a
-cap cannot feed itself: VPA #9521). With thin history (``confidence``) a request is never lowered below the
-current one; both are floored at the pod's minimum split over its containers (``floors``). Resizes: a resource
-"moves" when its target leaves its band (``resize``); a decrease also waits after the last observed change of
-the applied values, less the deeper it is (``dwell``; the state notes them on every call; increases never
-wait). When one resource moves, the other takes its fresh target in the same update; when neither moves, both
-keep their current request and limit. With a risk budget stated (``budget``, ``podtailor_budget``; off by
-default), the slow CPU histogram's percentile is the budget's own (1 - the budget share, not the priced one:
-``RiskBudget.cpu_level_factor``), and the CPU request's level and the memory level x margin are multiplied by
-the container's own margin,
-calibrated from its overruns before each recommendation (``PodtailorState.calibrate_budget``), and starting
-from the fleet's (``fleet_scale``).
+Owns the arithmetic from a ``PodtailorState`` to an ``Estimate``, composed from the parts of ``PodtailorParams``
+(``podtailor_params.py``; each part says why its settings are what they are). Confidence c (days) per resource is
+min(span of the real samples, samples x their interval), not VPA's samples/1440, so hourly Prometheus history
+counts in full. CPU (``cpu``): request = max(slow pL, fast pF) x (1 + margin) over throttling-corrected samples;
+the slow level L is priced (``cpu_price``: the level that minimises provisioned cores plus the price x the share
+of time above it, ``histogram.cost_share_of``), F is the request percentile; bounds p50/p95 x margin x VPA's
+confidence multipliers; the limit by ``cpu_limit``. Memory (``memory``): a statistic of the peaks x (1 + margin),
+by default the priced level of the window's hourly peaks (``memory_price``, ``peaks.cost_level``); the margin per
+container from the jumps of its hourly peaks (``memory_margin``, ``peaks.jump_margin``), held between memory
+moves so that it never moves a target by itself. Both prices are divided by the risk setting; relative to the
+fleet when the caller says what fleet the container is in (``ContainerPolicy.fleet``: the engine, the report and
+the backtest do; ``fleet_sums`` gives it as summable parts of the states). The memory target is floored by recent
+OOM bumps (``oom``) capped at maxAllowed (the bump never enters the histogram, so a cap cannot feed itself: VPA
+#9521). With thin history (``confidence``) a request is never lowered below the current one; both are floored at
+the pod's minimum split over its containers (``floors``). Resizes: a resource "moves" when its target leaves its
+band (``resize``); a decrease also waits after the last observed change of the applied values, less the deeper it
+is (``dwell``; the state notes them on every call; increases never wait). When one resource moves, the other
+takes its fresh target in the same update; when neither moves, both keep their current request and limit. With a
+risk budget stated (``budget``, ``podtailor_budget``; off by default), the slow CPU histogram's percentile is the
+budget's own (1 - the budget share, not the priced one: ``RiskBudget.cpu_level_factor``), and the CPU request's
+level and the memory level x margin are multiplied by the container's own margin, calibrated from its overruns
+before each recommendation (``PodtailorState.calibrate_budget``), and starting from the fleet's
+(``fleet_scale``).
 """
 
 from __future__ import annotations
@@ -113,8 +111,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
     def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None,
              budget_margin: float = 1.0) -> ResourceEstimate | None:
         prm = self.params
-        level = state.cpu_level if prm.cpu_calibration.budget > 0 else prm.cpu.request_percentile
-        slow_level = level
+        level = slow_level = prm.cpu.request_percentile
         if prm.budget.cpu_over_share > 0 and prm.budget.cpu_level_factor > 0:
             # a stated CPU budget sets the slow level itself; the margin then tracks drift (cpu_level_factor)
             slow_level = max(1.0 - prm.budget.cpu_level_factor * prm.budget.cpu_over_share,
@@ -288,7 +285,6 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return no_recommendation("no history"), state
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
-        state.calibrate(None if cur_cpu is None else cur_cpu / 1000.0)
         m_cpu, m_mem = state.calibrate_budget(prm.budget, policy.fleet)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu, policy.fleet, m_cpu)

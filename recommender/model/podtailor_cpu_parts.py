@@ -1,9 +1,8 @@
 """The CPU parts of the ``podtailor`` estimator: what level the request is, what time over it costs, the limit.
 
-Owns four frozen parts, each with its own few settings and its checks, composed by ``PodtailorParams``:
+Owns three frozen parts, each with its own few settings and its checks, composed by ``PodtailorParams``:
 ``CpuLevel`` (the slow and fast decaying histograms, their percentiles, margin and buckets, and the throttling
-correction), ``CpuCalibration`` (the online calibration of the request percentile to a budget of time over the
-request), ``CpuPrice`` (the price of time over the request, one ``CpuPriceMode`` and its parameters, and the
+correction), ``CpuPrice`` (the price of time over the request, one ``CpuPriceMode`` and its parameters, and the
 arithmetic of that price) and ``CpuLimit`` (one ``CpuLimitRule`` and its parameters). As VPA composes its
 estimator from a percentile, a margin, a confidence multiplier and a minimum (``logic/estimator.go``), the
 strategy composes these; numbers in, numbers out.
@@ -58,10 +57,9 @@ class CpuLevel:
     (``ResizeBands.cpu_up_fraction``) the fast rise costs no extra resizes for small wobbles."""
     request_percentile: float = 0.85
     """The fast histogram's percentile (and the slow one's with the price ``OFF``): with max(slow, fast) the
-    request already rises within hours, so it need not also cover bursts, which the limit (p99) does. With the
-    calibration on, the start and the ceiling of the calibrated percentile."""
+    request already rises within hours, so it need not also cover bursts, which the limit (p99) does."""
     min_request_percentile: float = 0.3
-    """Floor of the priced percentile and of the calibrated one."""
+    """Floor of the priced percentile and of a risk budget's (``RiskBudget.cpu_level_factor``)."""
     max_request_percentile: float = 0.95
     """Ceiling of the priced percentile (1: up to the max). Where the price never bites (a small flat
     container), the priced level would be the histogram's max; p95 keeps it near p85 x margin."""
@@ -83,27 +81,6 @@ class CpuLevel:
             raise ValueError("cpu: 0 < min_request_percentile <= request_percentile <= 1 is required")
         if not self.min_request_percentile <= self.max_request_percentile <= 1:
             raise ValueError("cpu: max_request_percentile must be in [min_request_percentile, 1]")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CpuCalibration:
-    """The request percentile calibrated online per container to spend a budget of time over the request
-    (adaptive conformal inference's update, ``adaptive_step``): after each observed period, level +=
-    ``rate`` x (share of the period's samples above the applied request - ``budget``) x hours, within
-    [``CpuLevel.min_request_percentile``, ``CpuLevel.request_percentile``]. It starts at the ceiling, so only
-    a container that stays under its budget has its percentile lowered. With a price on, it moves the fast
-    histogram's percentile only."""
-
-    budget: float = 0.0
-    """Share of its time a container may spend using more CPU than its request; 0: no calibration (the
-    default: the price chooses the level per container and beats the budget on every training set)."""
-    rate: float = 0.2
-    """Percentile points per hour per unit of over-request share (one hour with every sample over the request
-    raises the percentile by up to 0.2; an hour with none lowers it by 0.2 x budget)."""
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.budget < 1 and self.rate >= 0):  # also rejects NaN
-            raise ValueError("cpu_calibration: budget must be in [0, 1) and rate >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

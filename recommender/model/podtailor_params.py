@@ -23,7 +23,7 @@ from typing import Any
 
 from podtailor.numeric import is_number
 from recommender.model.podtailor_budget import RiskBudget
-from recommender.model.podtailor_cpu_parts import CpuCalibration, CpuLevel, CpuLimit, CpuPrice
+from recommender.model.podtailor_cpu_parts import CpuLevel, CpuLimit, CpuPrice
 from recommender.model.podtailor_memory_parts import MemoryLevel, MemoryMargin, MemoryPrice, OomHandling
 
 RISK_MIN, RISK_MAX = 0.05, 20.0
@@ -116,8 +116,6 @@ class PodtailorParams:
 
     cpu: CpuLevel = field(default_factory=CpuLevel)
     """The CPU request's level: histograms, percentiles, margin, throttling correction."""
-    cpu_calibration: CpuCalibration = field(default_factory=CpuCalibration)
-    """The request percentile calibrated to a budget of time over the request (off by default)."""
     cpu_price: CpuPrice = field(default_factory=CpuPrice)
     """The price of time over the request, which chooses the slow histogram's level."""
     cpu_limit: CpuLimit = field(default_factory=CpuLimit)

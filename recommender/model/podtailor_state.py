@@ -1,12 +1,12 @@
 """The per-container history of the ``podtailor`` strategy (its parameters: ``podtailor_params.py``).
 
 Owns ``PodtailorState``: a slow and a fast decaying CPU histogram fed throttling-corrected samples
-(``observed.throttle_corrected``), a decaying histogram of memory peaks per aggregation interval, the raw
-memory peaks' maxima per slot (for the "max over the window" and "cost" statistics), OOM bumps kept apart from
-the histograms, the real observed history per resource (span, and samples x interval) for the confidence, the
-applied values last seen (for the decrease dwell), the held memory margin, the calibrated CPU percentile, the
-risk budget's margins and overrun counts (``BudgetState``, ``podtailor_budget.RiskBudget``), and the
-checkpoint of all of it (``STATE_VERSION``; fields added later are optional when restored).
+(``observed.throttle_corrected``), a decaying histogram of memory peaks per aggregation interval, the raw memory
+peaks' maxima per slot (for the "max over the window" and "cost" statistics), OOM bumps kept apart from the
+histograms, the real observed history per resource (span, and samples x interval) for the confidence, the applied
+values last seen (for the decrease dwell), the held memory margin, the risk budget's margins and overrun counts
+(``BudgetState``, ``podtailor_budget.RiskBudget``), and the checkpoint of all of it (``STATE_VERSION``; fields
+added later are optional when restored).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from podtailor.numeric import is_finite_number
 from recommender.model.common import DAY_S, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
-from recommender.model.observed import Observed, SeenSpan, adaptive_step, throttle_corrected
+from recommender.model.observed import Observed, SeenSpan, throttle_corrected
 from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
 from recommender.model.podtailor_budget import RiskBudget
 from recommender.model.podtailor_params import PodtailorParams
@@ -30,8 +30,6 @@ from recommender.model.types import FleetScale, FloatArray, OomKill, UsageBatch
 
 STATE_VERSION = 1
 
-PENDING_WEIGHT_MAX_S = 8 * DAY_S
-"""The most time one calibration step may weigh: a cold load's history window."""
 
 
 class PodtailorState(SeenSpan):
@@ -63,14 +61,6 @@ class PodtailorState(SeenSpan):
         self.memory_margin: float | None = None
         """The per-container memory margin (``MemoryMarginMode.JUMP``) held since it was last refreshed:
         when the memory target last left its band (None: not yet computed)."""
-        self.cpu_level = params.cpu.request_percentile
-        """The calibrated request percentile (``CpuCalibration``)."""
-        self.pending_cpu: list[FloatArray] = []
-        """CPU samples (as fed to the histograms) not yet folded into ``cpu_level``: the newest day of them at
-        most, in one array."""
-        self.pending_cpu_s = 0.0
-        """The time they stand for (samples x interval, including samples dropped beyond a day), at most
-        ``PENDING_WEIGHT_MAX_S``: the weight of the next calibration step."""
         self.budget = BudgetState()
         """The risk budget's margins and counts (``RiskBudget``; untouched while no budget is stated)."""
 
@@ -95,19 +85,6 @@ class PodtailorState(SeenSpan):
         if self.cpu_limit_ratio is None and request_millicores and limit_millicores:
             self.cpu_limit_ratio = max(limit_millicores / request_millicores, 1.0)
         return self.cpu_limit_ratio
-
-    def calibrate(self, cpu_request: float | None) -> None:
-        """Fold the CPU samples seen since the last call into ``cpu_level``, against ``cpu_request``: the request
-        applied while they were taken (the current one; it changes only when a recommendation is applied). No
-        request (or calibration off): the samples are dropped and the level stays."""
-        prm = self.params
-        if prm.cpu_calibration.budget > 0 and cpu_request is not None and self.pending_cpu:
-            values = np.concatenate(self.pending_cpu)
-            over = float(np.mean(values > cpu_request))
-            self.cpu_level = adaptive_step(self.cpu_level, over - prm.cpu_calibration.budget,
-                                           prm.cpu_calibration.rate * self.pending_cpu_s / 3600.0,
-                                           (prm.cpu.min_request_percentile, prm.cpu.request_percentile))
-        self.pending_cpu, self.pending_cpu_s = [], 0.0
 
     def calibrate_budget(self, budget: RiskBudget, fleet: FleetScale | None) -> tuple[float, float]:
         """Fold the overruns counted since the last call into the log-margins of the resources ``budget``
@@ -183,16 +160,6 @@ class PodtailorState(SeenSpan):
         if self.params.cpu.fast_half_life_s > 0:
             self.cpu_fast.add(cpu.values, cpu.timestamps_s, weight)
         self.cpu_seen.note(cpu.timestamps_s, batch.cpu_interval_s)
-        if self.params.cpu_calibration.budget > 0 and cpu.values.size:
-            # Memory stays bounded: at most the last day's samples are kept, in one array of our own (a copy: a
-            # cold load's 8 days arrive as one array per container, which must not stay alive until the next
-            # calibration). They stand for the whole pending time, which still weighs the step (up to
-            # PENDING_WEIGHT_MAX_S): the share over the request is estimated from the newest day.
-            kept = np.concatenate([*self.pending_cpu, cpu.values])
-            limit = max(1, int(DAY_S // max(batch.cpu_interval_s, 1e-9)))
-            self.pending_cpu = [kept[-limit:].copy() if kept.size > limit else kept]
-            self.pending_cpu_s = min(self.pending_cpu_s + float(cpu.values.size) * batch.cpu_interval_s,
-                                     PENDING_WEIGHT_MAX_S)
         return cpu.values
 
     def _add_memory(self, mem: SortedSamples, interval_s: float) -> None:
@@ -218,9 +185,8 @@ class PodtailorState(SeenSpan):
                 "memory_max": self.memory_max.to_checkpoint(), "oom_bumps": [list(b) for b in self.oom_bumps],
                 "cpu_seen": [self.cpu_seen.first_s, self.cpu_seen.last_s, self.cpu_seen.seconds],
                 "memory_seen": [self.memory_seen.first_s, self.memory_seen.last_s, self.memory_seen.seconds],
-                "applied": self.applied, "applied_since_s": self.applied_since_s, "cpu_level": self.cpu_level,
+                "applied": self.applied, "applied_since_s": self.applied_since_s,
                 "memory_margin": self.memory_margin, "cpu_limit_ratio": self.cpu_limit_ratio,
-                "pending_cpu": [float(v) for a in self.pending_cpu for v in a], "pending_cpu_s": self.pending_cpu_s,
                 **self.budget.to_checkpoint()}
 
     def restore_from(self, data: dict[str, Any]) -> None:
@@ -237,15 +203,12 @@ class PodtailorState(SeenSpan):
         self.applied = None if applied is None else [None if v is None else int(v) for v in applied]
         since = data.get("applied_since_s")
         self.applied_since_s = None if since is None else float(since)
-        # absent in checkpoints written before the calibration existed: start from the ceiling
-        self.cpu_level = float(data.get("cpu_level", self.params.cpu.request_percentile))
         margin = data.get("memory_margin")  # absent before the jump margin was held: refreshed on the next call
         self.memory_margin = None if margin is None else float(margin)
         ratio = data.get("cpu_limit_ratio")  # absent before the limit kept it: taken anew from the applied values
         self.cpu_limit_ratio = None if ratio is None else _limit_ratio(ratio)
-        pending = data.get("pending_cpu") or []
-        self.pending_cpu = [np.array(pending, dtype=np.float64)] if pending else []
-        self.pending_cpu_s = float(data.get("pending_cpu_s", 0.0))
+        # "cpu_level", "pending_cpu" and "pending_cpu_s" (the CPU percentile calibration the risk budget replaced,
+        # in checkpoints written before 2026-12-07) are not read: the CPU budget is RiskBudget's
         self.budget = BudgetState.from_checkpoint(data.get("budget"))  # absent before the budget existed
 
 

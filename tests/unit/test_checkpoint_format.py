@@ -287,7 +287,7 @@ def test_a_state_string_equal_to_a_number_mark_is_refused_not_mangled(mark: str)
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("cpu", "weights", "not all finite numbers"),  # the histogram's own check refuses it
-    ("cpu_level", None, "OverflowError"),  # read with float(): the restore's handler takes it
+    ("memory_margin", None, "OverflowError"),  # read with float(): the restore's handler takes it
     ("applied_since_s", None, "OverflowError"),
 ])
 def test_an_integer_too_large_for_a_float_is_refused_not_raised(field: str, value: str | None,

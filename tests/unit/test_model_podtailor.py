@@ -7,7 +7,6 @@ import pytest
 
 from podtailor.resources import CurrentResources, Resources
 from recommender.model.common import fleet_from_samples
-from recommender.model.observed import adaptive_step
 from recommender.model.peaks import cost_level
 from recommender.model.podtailor_state import PodtailorState
 from recommender.model.registry import get_strategy
@@ -333,121 +332,37 @@ def test_resizes_are_coordinated() -> None:
     assert alone.target.memory_bytes == 125_000_000 and (alone.target.cpu_millicores or 0) >= 1100
 
 
-def test_adaptive_step_worked_numbers() -> None:
-    # A clean hour at the 0.2% budget: 0.85 + 0.2 x (0 - 0.002) = 0.8496.
-    assert adaptive_step(0.85, 0.0 - 0.002, 0.2, (0.3, 0.85)) == pytest.approx(0.8496)
-    # A quarter of the hour over the request from 0.7: 0.7 + 0.2 x (0.25 - 0.002) = 0.7496.
-    assert adaptive_step(0.7, 0.25 - 0.002, 0.2, (0.3, 0.85)) == pytest.approx(0.7496)
-    # Clipped at the ceiling and at the floor.
-    assert adaptive_step(0.8, 1.0 - 0.002, 0.2, (0.3, 0.85)) == 0.85
-    assert adaptive_step(0.31, -0.002, 20.0, (0.3, 0.85)) == 0.3
+FIXED_P85: dict[str, float | str] = {"cpu_price.mode": "off"}
+"""No price: both histograms at p85."""
 
 
-CALIBRATED: dict[str, float | str] = {"cpu_calibration.budget": 0.002, "cpu_price.mode": "off"}
-"""The calibrated request percentile instead of the cost level (the default before it)."""
-FIXED_P85: dict[str, float | str] = {"cpu_calibration.budget": 0.0, "cpu_price.mode": "off"}
-"""Neither: both histograms at p85."""
+def test_a_checkpoint_of_the_percentile_calibration_restores_without_it() -> None:
+    """The CPU percentile calibration (``cpu_calibration``) was folded into the risk budget: its three fields in
+    checkpoints written before are not read, and the restored state recommends as one without them."""
+    strategy = get_strategy("podtailor")
+    state = strategy.new_state()
+    state.add(alternating(48))
+    data = state.to_checkpoint()
+    assert not {"cpu_level", "pending_cpu", "pending_cpu_s"} & set(data)
+    old = {**data, "cpu_level": 0.31, "pending_cpu": [0.6, 0.2], "pending_cpu_s": 3600.0}
+    current = CurrentResources(requests=Resources(cpu_millicores=2000, memory_bytes=575_000_000))
+    want, _ = strategy.recommend(strategy.restore(data), now_s=NOW, policy=ContainerPolicy(), current=current)
+    got, after = strategy.recommend(strategy.restore(old), now_s=NOW, policy=ContainerPolicy(), current=current)
+    assert got == want and want.target.cpu_millicores is not None
+    assert "cpu_level" not in after.to_checkpoint()
+    with pytest.raises(ValueError, match="unknown parameter"):
+        get_strategy("podtailor", **{"cpu_calibration.budget": 0.002})
 
 
-def five_minute_cpu(values: list[float], end: float = NOW) -> UsageBatch:
-    return UsageBatch(cpu_cores=series(np.array(values), 300.0, end), cpu_interval_s=300.0,
-                      memory_peak_bytes=Samples.empty(), memory_interval_s=300.0)
-
-
-def test_calibration_follows_the_share_of_time_over_the_applied_request() -> None:
-    state = get_strategy("podtailor", **CALIBRATED).new_state()
-    assert isinstance(state, PodtailorState)
-    assert state.cpu_level == 0.85  # starts at the ceiling, cpu.request_percentile
-    state.cpu_level = 0.7
-    # One hour of 5-minute samples, 3 of 12 above the 0.5-core request: over = 0.25, one hour of weight.
-    state.add(five_minute_cpu([0.6, 0.6, 0.6] + [0.2] * 9, end=NOW - HOUR))
-    state.calibrate(0.5)
-    assert state.cpu_level == pytest.approx(0.7 + 0.2 * (0.25 - 0.002))  # 0.7496
-    assert state.pending_cpu == [] and state.pending_cpu_s == 0.0
-    # Two clean hours folded at once weigh 2 hours: 0.7496 - 2 x 0.2 x 0.002 = 0.7488.
-    state.add(five_minute_cpu([0.2] * 24, end=NOW + HOUR))
-    state.calibrate(0.5)
-    assert state.cpu_level == pytest.approx(0.7488)
-    # Without a request nothing is learned, and the samples are not kept for later.
-    state.add(five_minute_cpu([0.9] * 12, end=NOW + 2 * HOUR))
-    state.calibrate(None)
-    assert state.cpu_level == pytest.approx(0.7488) and state.pending_cpu == []
-
-
-def test_uncalibrated_samples_are_bounded_to_about_a_day() -> None:
-    state = get_strategy("podtailor", **CALIBRATED).new_state()
-    assert isinstance(state, PodtailorState)
-    for hour in range(30):  # 30 one-hour batches and no recommendation in between
-        state.add(five_minute_cpu([0.2] * 12, end=NOW + hour * HOUR))
-    # The newest day's samples are kept; they stand for all 30 hours in the step's weight.
-    assert [a.size for a in state.pending_cpu] == [24 * 12] and state.pending_cpu_s == 30 * HOUR
-    # A cold load: 8 days in one batch keep only the last day, in an array of its own (not a view of the batch).
-    cold = get_strategy("podtailor", **CALIBRATED).new_state()
-    assert isinstance(cold, PodtailorState)
-    cold.add(five_minute_cpu([0.2] * (8 * 24 * 12), end=NOW))
-    [kept] = cold.pending_cpu
-    assert kept.size == 24 * 12 and cold.pending_cpu_s == 8 * DAY and kept.base is None
-    for hour in range(30):  # the weight never exceeds the 8 days of a cold load
-        cold.add(five_minute_cpu([0.2] * 12, end=NOW + (hour + 1) * HOUR))
-    assert cold.pending_cpu_s == 8 * DAY
+def test_the_request_percentile_floor_is_checked() -> None:
+    with pytest.raises(ValueError, match="min_request_percentile"):
+        get_strategy("podtailor", **{"cpu.min_request_percentile": 0.9})
 
 
 def alternating(n: int) -> UsageBatch:
     cpu = np.where(np.arange(n) % 2 == 1, 1.0, 0.2)  # ends on 1.0 (n even)
     return UsageBatch(cpu_cores=series(cpu, HOUR), cpu_interval_s=HOUR,
                       memory_peak_bytes=series(np.full(n, 5e8), HOUR), memory_interval_s=HOUR)
-
-
-def cpu_target(strategy: Strategy, request_m: int) -> int:
-    current = CurrentResources(requests=Resources(cpu_millicores=request_m, memory_bytes=575_000_000),
-                               limits=Resources(cpu_millicores=4000, memory_bytes=575_000_000))
-    rec = run(strategy, alternating(192), current=current)
-    assert rec.target.cpu_millicores is not None
-    return rec.target.cpu_millicores
-
-
-def test_a_container_under_its_budget_gets_a_lower_percentile() -> None:
-    # Hours alternate 0.2 and 1.0 core for 8 days. Fixed p85: the 1.0 core bucket (upper edge <= 1.021) x 1.1.
-    fixed = cpu_target(get_strategy("podtailor", **FIXED_P85), 2000)
-    assert 1100 <= fixed <= 1124
-    # Calibrated, under a 2-core request that no sample exceeded: 192 clean hours at rate 0.2 lower the level by
-    # 192 x 0.2 x 0.002 = 0.0768, to 0.7732; half the hours are at 1.0, so p77 is still the 1.0 core bucket.
-    assert cpu_target(get_strategy("podtailor", **CALIBRATED), 2000) == fixed
-    # At rate 10 the same hours lower it by 3.84: clipped at the floor p30, which both histograms put at 0.2
-    # core (in the fast 1 h half-life one the 0.2 hours weigh 1/2 + 1/8 + ... = 2/3 of 2), so 0.2 x 1.1 =
-    # 220m up to (0.2 x 1.02 + 0.001) x 1.1 = 225.5m.
-    assert 220 <= cpu_target(get_strategy("podtailor", **CALIBRATED, **{"cpu_calibration.rate": 10.0}), 2000) <= 226
-    # A container over its budget stays at the ceiling: under a 0.5-core request half the samples are over.
-    assert cpu_target(get_strategy("podtailor", **CALIBRATED, **{"cpu_calibration.rate": 10.0}), 500) == fixed
-
-
-def test_calibrated_level_survives_a_checkpoint() -> None:
-    strategy = get_strategy("podtailor", **CALIBRATED)
-    state = strategy.new_state()
-    assert isinstance(state, PodtailorState)
-    state.add(five_minute_cpu([0.6] * 6 + [0.2] * 6))
-    state.cpu_level = 0.6
-    restored = strategy.restore(state.to_checkpoint())
-    assert isinstance(restored, PodtailorState)
-    assert restored.cpu_level == 0.6 and restored.pending_cpu_s == 3600.0
-    restored.calibrate(0.5)  # the pending hour came through the checkpoint: over = 0.5
-    assert restored.cpu_level == pytest.approx(0.6 + 0.2 * (0.5 - 0.002))
-    old = state.to_checkpoint()
-    for key in ("cpu_level", "pending_cpu", "pending_cpu_s"):
-        del old[key]
-    assert cast_state(strategy.restore(old)).cpu_level == 0.85  # older checkpoints start at the ceiling
-
-
-def cast_state(state: object) -> PodtailorState:
-    assert isinstance(state, PodtailorState)
-    return state
-
-
-def test_calibration_parameters_are_checked() -> None:
-    with pytest.raises(ValueError, match="cpu_calibration: budget"):
-        get_strategy("podtailor", **{"cpu_calibration.budget": 1.0})
-    with pytest.raises(ValueError, match="min_request_percentile"):
-        get_strategy("podtailor", **{"cpu.min_request_percentile": 0.9})
 
 
 def every_fifth_hour(base: float, burst: float, every: int = 5) -> UsageBatch:

@@ -1,13 +1,14 @@
 """The ``podtailor`` strategy replayed on a training subset equals the targets recorded before its refactoring.
 
 Three series of the demo trace (Bitbrains Rnd, August 2013: VMs 1, 3 and 8, their first 10 days) are replayed hour
-by hour (``backtest.replay``) with the default strategy, with and without a fleet, and with three non-default
-modes (the fleet-wide absolute prices; the calibrated percentile with no price, Autopilot's "low" class, the
-proportional CPU limit). Every applied request and limit of every step must equal
-``tests/data/golden/podtailor_replay.json``. That file holds values, not logic: it was written at commit 9d9308b
-(the 52-field ``PodtailorParams``, before the estimator was composed from parts) by running ``replay_all`` of this
-module for every variant of ``VARIANTS`` (with the flat names of that commit, given in a comment beside each
-variant) and dumping the result with ``json.dumps``. A difference means the estimator's numbers changed, which a
+by hour (``backtest.replay``) with the default strategy, with and without a fleet, and with three non-default modes
+(the fleet-wide absolute prices; no price, Autopilot's "low" class, the proportional CPU limit). Every applied
+request and limit of every step must equal ``tests/data/golden/podtailor_replay.json``. That file holds values, not
+logic: its first three variants were written at commit 9d9308b (the 52-field ``PodtailorParams``, before the
+estimator was composed from parts) by running ``replay_all`` of this module for every variant of ``VARIANTS`` (with
+the flat names of that commit, given in a comment beside each variant) and dumping the result with ``json.dumps``;
+the fourth was written the same way when the CPU percentile calibration was folded into the risk budget
+(2026-12-07), which changed that variant alone. A difference means the estimator's numbers changed, which a
 refactoring must not do. A checkpoint written by that commit must also restore to the same recommendation.
 """
 
@@ -44,9 +45,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
     # memory_oom_cost_fleet_hours and memory_margin_jump_quantile at 0
     "absolute prices, fixed margin, fleet": ({"cpu_price.mode": "absolute", "memory_price.mode": "absolute",
                                               "memory_margin.mode": "fixed", **_RECORDED_LIMIT}, True),
-    # recorded with cpu_over_request_budget=0.002, the three cpu_over_request_cost_* at 0,
-    # memory_oom_tolerance="low" and cpu_limit_rule="proportional"
-    "calibrated, low class, proportional limit, fleet": ({"cpu_calibration.budget": 0.002, "cpu_price.mode": "off",
+    # recorded at the commit that removed the CPU percentile calibration (2026-12-07; the variant before,
+    # "calibrated, ...", also had cpu_calibration.budget 0.002, whose recorded values no code can give now)
+    "no price, low class, proportional limit, fleet": ({"cpu_price.mode": "off",
                                                           "memory.statistic": "low",
                                                           "cpu_limit.rule": "proportional"}, True),
 }

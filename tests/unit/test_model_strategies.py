@@ -129,7 +129,7 @@ def test_checkpoint_round_trip_gives_identical_recommendations(seeds: list[int],
 def test_recommend_leaves_the_given_state_as_it_was(name: str) -> None:
     """Recommending is a read of the given state: its checkpoint is the same before and after, and recommending
     again from it gives the same answer; what the strategy remembers goes into the state it returns."""
-    strategy = get_strategy(name, **{"cpu_calibration.budget": 0.05}) if name == "podtailor" else get_strategy(name)
+    strategy = get_strategy(name, **{"budget.cpu_over_share": 0.05}) if name == "podtailor" else get_strategy(name)
     state = strategy.new_state()
     state.add(random_batch(3, end=NOW - 400 * STEP))  # seed 3: with an OOM kill
     later = CurrentResources(requests=Resources(cpu_millicores=600, memory_bytes=2**30))
