@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -188,36 +188,77 @@ class _Feed:
                           memory_interval_s=interval, oom_kills=kills, cpu_throttled_fraction=th)
 
 
-def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | None = None) -> Plan:
-    """Replay ``series`` online under ``strategy`` (module docstring); the applied values per step. Each step
-    recommends as the recommender does (``recommend_workload``): one container alone in its pod, no VPA (the
-    default container policy), the fleet ``cfg.fleet``."""
-    grid = grid or make_grid(series, cfg)
-    n = grid.steps
-    out = np.empty((5, n), dtype=np.float64)
-    cur = start_resources(series, grid, cfg)
-    state: ContainerState = strategy.new_state()
-    feed = _Feed(series, grid)
-    for h in range(n):
+class _Run:
+    """One series' replay, step by step (``replay`` runs one alone; ``replay_fleet`` runs many in time order)."""
+
+    def __init__(self, series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | None = None) -> None:
+        self.series, self.strategy = series, strategy
+        self.grid = grid or make_grid(series, cfg)
+        self.out = np.empty((5, self.grid.steps), dtype=np.float64)
+        self.cur = start_resources(series, self.grid, cfg)
+        self.state: ContainerState = strategy.new_state()
+        self.feed = _Feed(series, self.grid)
+
+    def step(self, h: int, fleet: FleetScale | None) -> None:
+        """Step ``h``: feed the previous step's samples, recommend with ``fleet``, apply, record."""
+        cur, out = self.cur, self.out
         if h > 0:
-            batch = feed.batch(h - 1, cur)
+            batch = self.feed.batch(h - 1, cur)
             if batch is not None:
-                state.add(batch)
-        if state.first_sample_s is not None:
-            container = PlainContainer(name=series.series_id, current=cur)
-            done = recommend_workload(strategy, [container], {container.name: state}, vpa=None, fleet=cfg.fleet,
-                                      now_s=float(grid.edges_s[h]))
-            state = done.states[container.name]
+                self.state.add(batch)
+        if self.state.first_sample_s is not None:
+            container = PlainContainer(name=self.series.series_id, current=cur)
+            done = recommend_workload(self.strategy, [container], {container.name: self.state}, vpa=None,
+                                      fleet=fleet, now_s=float(self.grid.edges_s[h]))
+            self.state = done.states[container.name]
             new = apply(done.recommendations[container.name], cur)
             out[4, h] = float(new != cur)
-            cur = new
+            cur = self.cur = new
         else:
             out[4, h] = 0.0
         out[0, h] = _cores(cur.requests.cpu_millicores)
         out[1, h] = _cores(cur.limits.cpu_millicores)
         out[2, h] = _bytes(cur.requests.memory_bytes)
         out[3, h] = _bytes(cur.limits.memory_bytes)
-    return Plan(cpu_request=out[0], cpu_limit=out[1], memory_request=out[2], memory_limit=out[3], changed=out[4])
+
+    def plan(self) -> Plan:
+        out = self.out
+        return Plan(cpu_request=out[0], cpu_limit=out[1], memory_request=out[2], memory_limit=out[3],
+                    changed=out[4])
+
+
+def replay(series: Series, strategy: Strategy, cfg: ReplayConfig, grid: Grid | None = None) -> Plan:
+    """Replay ``series`` online under ``strategy`` (module docstring); the applied values per step. Each step
+    recommends as the recommender does (``recommend_workload``): one container alone in its pod, no VPA (the
+    default container policy), the fleet ``cfg.fleet``."""
+    run = _Run(series, strategy, cfg, grid)
+    for h in range(run.grid.steps):
+        run.step(h, cfg.fleet)
+    return run.plan()
+
+
+def replay_fleet(series: list[Series], strategy: Strategy, cfg: ReplayConfig) -> list[Plan]:
+    """Replay every series under ``strategy`` together, in the order of time, as one recommender serves a fleet:
+    every step starting at the same (epoch-aligned) instant is recommended with the fleet as it stood at that
+    instant: ``cfg.fleet``'s sizes, with the risk budget's fleet margins (``Strategy.fleet_scale``) of the
+    containers running then (a series from its first step to the end of its last; one that has ended has left
+    the fleet). So a container that starts later begins from the fleet's margin, and a margin pooled over the
+    fleet learns from every running container's overruns. One process; per series, what ``replay``
+    returns with a fixed fleet."""
+    runs = [_Run(s, strategy, cfg) for s in series]
+    events = sorted((float(r.grid.edges_s[h]), i, h) for i, r in enumerate(runs) for h in range(r.grid.steps))
+    k = 0
+    while k < len(events):
+        now = events[k][0]
+        live = strategy.fleet_scale([r.state for r in runs if r.grid.edges_s[0] <= now <= r.grid.edges_s[-1]], now)
+        fleet = cfg.fleet if live is None or cfg.fleet is None else replace(
+            cfg.fleet, cpu_log_margin=live.cpu_log_margin, memory_log_margin=live.memory_log_margin,
+            memory_excess=live.memory_excess)
+        while k < len(events) and events[k][0] == now:
+            _, i, h = events[k]
+            runs[i].step(h, fleet)
+            k += 1
+    return [r.plan() for r in runs]
 
 
 def _step_peaks(values: FloatArray, grid: Grid, start: float) -> FloatArray:

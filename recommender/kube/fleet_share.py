@@ -42,12 +42,14 @@ def encode(sums: FleetSums, *, strategy: str, published_s: float, pass_number: i
 
 
 def _margins(sums: FleetSums) -> dict[str, object]:
-    """The risk budget's margin sums, only where some container has one (no budget: the note is as before)."""
+    """The risk budget's margin sums (and the memory excess, ``FleetSums.memory_excess_sum``), only where some
+    container has one (no budget: the note is as before)."""
     out: dict[str, object] = {}
     if sums.cpu_margin_count:
         out.update(cpuMarginSum=str(sums.cpu_margin_sum), cpuMarginCount=sums.cpu_margin_count)
     if sums.memory_margin_count:
-        out.update(memoryMarginSum=str(sums.memory_margin_sum), memoryMarginCount=sums.memory_margin_count)
+        out.update(memoryMarginSum=str(sums.memory_margin_sum), memoryMarginCount=sums.memory_margin_count,
+                   memoryExcessSum=str(sums.memory_excess_sum))
     return out
 
 
@@ -63,7 +65,8 @@ def decode(text: str) -> tuple[FleetSums, str, float]:
         sums = FleetSums(cpu_cores_sum=Fraction(doc["cpuCoresSum"]), cpu_count=counts[0],
                          memory_bytes_sum=Fraction(doc["memoryBytesSum"]), memory_count=counts[1],
                          cpu_margin_sum=Fraction(doc.get("cpuMarginSum", "0")), cpu_margin_count=counts[2],
-                         memory_margin_sum=Fraction(doc.get("memoryMarginSum", "0")), memory_margin_count=counts[3])
+                         memory_margin_sum=Fraction(doc.get("memoryMarginSum", "0")), memory_margin_count=counts[3],
+                         memory_excess_sum=Fraction(doc.get("memoryExcessSum", "0")))
     except (KeyError, TypeError, ZeroDivisionError, json.JSONDecodeError) as err:
         raise ValueError(f"not fleet sums: {err!r}") from err
     return sums, doc["strategy"], published.timestamp()

@@ -47,6 +47,9 @@ class FleetSums:
     memory_margin_sum: Fraction = Fraction(0)
     """The same for the memory log-margins."""
     memory_margin_count: int = 0
+    memory_excess_sum: Fraction = Fraction(0)
+    """Sum of the same containers' OOM kills beyond their budget (``BudgetState.memory_excess``; may be
+    negative), counted by ``memory_margin_count``."""
 
     def __post_init__(self) -> None:
         for total, count, name in ((self.cpu_cores_sum, self.cpu_count, "cpu"),
@@ -59,6 +62,8 @@ class FleetSums:
                                    (self.memory_margin_sum, self.memory_margin_count, "memory margin")):
             if count < 0 or (count == 0 and total != 0):  # a log-margin may be negative
                 raise ValueError(f"FleetSums: a {name} sum of {total} over {count} containers")
+        if self.memory_margin_count == 0 and self.memory_excess_sum != 0:
+            raise ValueError(f"FleetSums: a memory excess sum of {self.memory_excess_sum} over no containers")
 
     @staticmethod
     def zero() -> FleetSums:
@@ -66,13 +71,18 @@ class FleetSums:
 
     @staticmethod
     def of(cpu_cores: Iterable[float], memory_bytes: Iterable[float], *, cpu_log_margins: Iterable[float] = (),
-           memory_log_margins: Iterable[float] = ()) -> FleetSums:
-        """The part made of these per-container sizes (and risk-budget log-margins), the finite ones of each."""
+           memory_log_margins: Iterable[float] = (), memory_excess: Iterable[float] = ()) -> FleetSums:
+        """The part made of these per-container sizes (and risk-budget log-margins), the finite ones of each;
+        ``memory_excess``, one per memory log-margin (the same containers), is summed as it is."""
         cpu, memory, cpu_m, memory_m = ([v for v in values if math.isfinite(v)] for values in
                                         (cpu_cores, memory_bytes, cpu_log_margins, memory_log_margins))
+        excess = list(memory_excess)
+        if excess and (len(excess) != len(memory_m) or not all(math.isfinite(v) for v in excess)):
+            raise ValueError("FleetSums.of: memory_excess must be finite, one per memory log-margin")
         return FleetSums(cpu_cores_sum=exact_sum(cpu), cpu_count=len(cpu), memory_bytes_sum=exact_sum(memory),
                          memory_count=len(memory), cpu_margin_sum=exact_sum(cpu_m), cpu_margin_count=len(cpu_m),
-                         memory_margin_sum=exact_sum(memory_m), memory_margin_count=len(memory_m))
+                         memory_margin_sum=exact_sum(memory_m), memory_margin_count=len(memory_m),
+                         memory_excess_sum=exact_sum(excess))
 
     def __add__(self, other: FleetSums) -> FleetSums:
         return FleetSums(cpu_cores_sum=self.cpu_cores_sum + other.cpu_cores_sum,
@@ -82,7 +92,8 @@ class FleetSums:
                          cpu_margin_sum=self.cpu_margin_sum + other.cpu_margin_sum,
                          cpu_margin_count=self.cpu_margin_count + other.cpu_margin_count,
                          memory_margin_sum=self.memory_margin_sum + other.memory_margin_sum,
-                         memory_margin_count=self.memory_margin_count + other.memory_margin_count)
+                         memory_margin_count=self.memory_margin_count + other.memory_margin_count,
+                         memory_excess_sum=self.memory_excess_sum + other.memory_excess_sum)
 
     def scale(self) -> FleetScale | None:
         """The fleet's means (0 for a resource no container has; the margins' None where none has one); None
@@ -94,7 +105,9 @@ class FleetSums:
             memory_bytes=float(self.memory_bytes_sum / self.memory_count) if self.memory_count else 0.0,
             cpu_log_margin=float(self.cpu_margin_sum / self.cpu_margin_count) if self.cpu_margin_count else None,
             memory_log_margin=(float(self.memory_margin_sum / self.memory_margin_count)
-                               if self.memory_margin_count else None))
+                               if self.memory_margin_count else None),
+            memory_excess=(float(self.memory_excess_sum / self.memory_margin_count)
+                           if self.memory_margin_count else None))
 
 
 def combine(parts: Iterable[FleetSums]) -> FleetSums:

@@ -106,7 +106,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         return FleetSums.of(cpu, memory,
                             cpu_log_margins=[b.cpu_log_margin for b in margins if b.cpu_log_margin is not None],
                             memory_log_margins=[b.memory_log_margin for b in margins
-                                                if b.memory_log_margin is not None])
+                                                if b.memory_log_margin is not None],
+                            memory_excess=[b.memory_excess for b in margins if b.memory_log_margin is not None])
 
     def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None,
              budget_margin: float = 1.0) -> ResourceEstimate | None:
@@ -285,7 +286,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return no_recommendation("no history"), state
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
-        m_cpu, m_mem = state.calibrate_budget(prm.budget, policy.fleet)
+        m_cpu, _ = state.calibrate_budget(prm.budget, policy.fleet)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu, policy.fleet, m_cpu)
         cpu_floor, memory_floor = prm.floors.pod_cpu_millicores / 1000.0 / n, prm.floors.pod_memory_mib * MIB / n
@@ -297,12 +298,14 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         cur_mem = current.requests.memory_bytes
         # Without a held margin the first estimate computes it anew, so a refresh would repeat the same
         # computation on the same state: the first answer is kept for it (the jump margin is the costliest part).
-        held = state.memory_margin is not None
+        held = state.memory_margin is not None or state.budget.memory_fleet_log is not None
         first: list[tuple[ResourceEstimate | None, tuple[str, ...]]] = []
+        jump = prm.memory_margin.mode is MemoryMarginMode.JUMP  # else no refresh comes: the fleet's is taken fresh
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
             if refresh and first:
                 return first[0]
+            m_mem = state.memory_budget_margin(prm.budget, policy.fleet, refresh=refresh or not jump)
             est, r_oom = self._memory(state, c_mem, now_s, policy, refresh=refresh, budget_margin=m_mem)
             est, r_floor = _floored("memory", est, memory_floor, _memory_text(memory_floor))
             est, r_thin = self._no_decrease("memory", est, c_mem, None if cur_mem is None else float(cur_mem))

@@ -16,11 +16,17 @@ import math
 import re
 from dataclasses import dataclass
 
+from recommender.model.types import FleetScale
+
 MONTH_S = 30 * 86400.0
 """A container-month, the unit of the OOM budget."""
 
 CPU_ETA_REFERENCE_SHARE = 0.01
 """The CPU budget the CPU step sizes were chosen at (RESULTS.md, "How the CPU step size was chosen")."""
+
+OOM_ETA_REFERENCE_PER_MONTH = 1.0
+"""The OOM budget ``memory_fleet_eta`` is stated at: at another budget it is scaled by this / the budget, so ACI's
+bound on the realized rate's error relative to the budget is the same at every budget (as the CPU step's)."""
 
 STEP_HOURS_MAX = 24.0
 """The most observed time one calibration step may weigh (a checkpoint restored after a long pause)."""
@@ -72,6 +78,15 @@ class RiskBudget:
     container's first kill comes before any feedback, so a margin lowered from the start overshoots by about
     one kill per container: 1.1 to 3.5 kills a month at budgets of 0.5 to 2 on the training traces (RESULTS.md,
     "OOM budget, second pass")."""
+    memory_fleet_eta: float = 2.0
+    """Log-margin per OOM kill beyond the budget, per container, over the fleet, at 1 kill a month (x 1 kill a
+    month / the budget at another): every container's memory margin is also multiplied by exp(this x the fleet's
+    mean ``BudgetState.memory_excess``, ``FleetScale.memory_excess``), a margin pooled over the fleet that learns
+    from every container's kills (0: none, each container alone). A container's own kills are too few to
+    calibrate a budget of a kill a month: alone, 0.5, 1 and 2 a month all came to 0.89 on 107 Google jobs and
+    2.4-2.5 and 2.8-3.0 on 150 Bitbrains VMs of each month; pooled at 2, to 0.76 / 1.20 / 1.96, 0.66 / 1.09 /
+    1.94 and 1.07 / 1.60 / 2.41, at more memory slack where the kills fell. 4 landed no nearer on the Google jobs
+    at much more memory slack at 0.5 (RESULTS.md, "OOM budget, third pass")."""
     eta_decay_days: float = 2.0
     """eta = end + (start - end) x d / (d + observed days): half-way down after this many days."""
     min_margin: float = 0.25
@@ -83,7 +98,7 @@ class RiskBudget:
         if not (0 <= self.cpu_over_share < 1 and 0 <= self.oom_per_month < math.inf):  # also rejects NaN
             raise ValueError("budget: cpu_over_share must be in [0, 1) and oom_per_month finite and >= 0")
         etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end,
-                self.cpu_eta_budget_power, self.cpu_level_factor)
+                self.cpu_eta_budget_power, self.cpu_level_factor, self.memory_fleet_eta)
         if not all(0 <= e < math.inf for e in etas) or not self.eta_decay_days > 0:
             raise ValueError("budget: the step sizes must be finite and >= 0, eta_decay_days > 0")
         if not 0 <= self.memory_kill_allowance < math.inf:
@@ -123,6 +138,18 @@ class RiskBudget:
         months = min(self.budget_months(seen_s, observed_days), STEP_HOURS_MAX * 3600.0 / MONTH_S)
         eta = self.eta(self.memory_eta_start, self.memory_eta_end, observed_days)
         return self._clip(log_margin + eta * (kills - self.oom_per_month * months))
+
+    def memory_fleet_log(self, fleet: FleetScale | None) -> float:
+        """The fleet's pooled memory log-margin: ``memory_fleet_eta`` x (1 kill a month / the budget) x the
+        fleet's mean excess of kills (0 without an OOM budget or a fleet excess)."""
+        excess = None if fleet is None else fleet.memory_excess
+        if excess is None or self.oom_per_month <= 0:
+            return 0.0
+        return self.memory_fleet_eta * OOM_ETA_REFERENCE_PER_MONTH / self.oom_per_month * excess
+
+    def memory_margin(self, own: float, fleet_log: float) -> float:
+        """The memory margin a container is sized with: exp(its own log-margin + the fleet's), within the bounds."""
+        return math.exp(self._clip(own + fleet_log))
 
     def budget_months(self, seen_s: float, observed_days: float) -> float:
         """The months of the last ``seen_s`` (of ``observed_days`` observed in all) that lower the memory

@@ -24,7 +24,7 @@ from recommender.model.common import DAY_S, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.observed import Observed, SeenSpan, throttle_corrected
 from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
-from recommender.model.podtailor_budget import RiskBudget
+from recommender.model.podtailor_budget import MONTH_S, RiskBudget
 from recommender.model.podtailor_params import PodtailorParams
 from recommender.model.types import FleetScale, FloatArray, OomKill, UsageBatch
 
@@ -108,11 +108,24 @@ class PodtailorState(SeenSpan):
                 b.memory_log_margin = budget.memory_step(b.memory_log_margin, kills=b.memory_kills,
                                                          seen_s=b.memory_seen_s,
                                                          observed_days=b.total_memory_seen_s / DAY_S)
+                b.total_memory_allowed += budget.oom_per_month * b.memory_seen_s / MONTH_S
             mem = math.exp(b.memory_log_margin)
         if b != BudgetState():
             b.cpu_over_s = b.cpu_seen_s = b.memory_seen_s = 0.0
             b.memory_kills = 0
         return cpu, mem
+
+    def memory_budget_margin(self, budget: RiskBudget, fleet: FleetScale | None, *, refresh: bool) -> float:
+        """The memory margin to size with: the container's own (``calibrate_budget``) times the fleet's pooled
+        one (``RiskBudget.memory_fleet_log``), which is held as the jump margin is: taken afresh only when
+        ``refresh`` (the memory target goes out anyway) or when none is held, so the fleet's moves never resize
+        a container by themselves. 1 while memory is not budgeted."""
+        b = self.budget
+        if budget.oom_per_month <= 0 or b.memory_log_margin is None:
+            return 1.0
+        if refresh or b.memory_fleet_log is None:
+            b.memory_fleet_log = budget.memory_fleet_log(fleet)
+        return budget.memory_margin(b.memory_log_margin, b.memory_fleet_log)
 
     def _count_budget(self, cpu: FloatArray, memory_samples: int, batch: UsageBatch) -> None:
         """Count the overruns of a batch of a budgeted resource (one with a log-margin): CPU time above the CPU
@@ -231,6 +244,15 @@ class BudgetState:
     total_cpu_seen_s: float = 0.0
     total_memory_kills: int = 0
     total_memory_seen_s: float = 0.0
+    total_memory_allowed: float = 0.0
+    """The kills the budget allowed over the same time (budget x months, step by step, at the budget of each)."""
+    memory_fleet_log: float | None = None
+    """The fleet's pooled memory log-margin as last taken (``memory_budget_margin``: held between memory moves)."""
+
+    @property
+    def memory_excess(self) -> float:
+        """OOM kills beyond the budget since counting began (negative: under it); the fleet pools these."""
+        return self.total_memory_kills - self.total_memory_allowed
 
     def to_checkpoint(self) -> dict[str, Any]:
         """``{"budget": {...}}``, or nothing while the budget has never counted (the checkpoint of a state

@@ -138,13 +138,17 @@ class FleetScale:
     ``RiskBudget``): where a container has none yet it starts from this. None: no container has one."""
     memory_log_margin: float | None = None
     """The same for the memory margin."""
+    memory_excess: float | None = None
+    """The mean over the containers with a memory margin of their OOM kills beyond their budget since counting
+    began (kills - budget x months: ``BudgetState.memory_excess``): the fleet's integral error, which
+    ``RiskBudget.memory_fleet_eta`` turns into a margin every container shares. None: no container has one."""
 
     def __post_init__(self) -> None:
         for name in ("cpu_cores", "memory_bytes"):
             value = getattr(self, name)
             if not 0 <= value < math.inf:  # also rejects NaN
                 raise ValueError(f"FleetScale.{name} must be finite and >= 0, got {value!r}")
-        for name in ("cpu_log_margin", "memory_log_margin"):
+        for name in ("cpu_log_margin", "memory_log_margin", "memory_excess"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"FleetScale.{name} must be finite or None, got {value!r}")

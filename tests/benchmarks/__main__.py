@@ -33,7 +33,7 @@ def main() -> int:
     frontier_study.main(["--write"])
     print("benchmark calibration (the risk budget on every training trace at 0.1x, 1x and 10x) ...", file=sys.stderr,
           flush=True)
-    calibration_study.main(["--scales", "0.1,1,10", "--write"])
+    calibration_study.main(["--scales", "0.1,1,10", "--fleet", "--write"])
     print("tables written to tests/benchmarks/RESULTS.md", file=sys.stderr)
     return 0
 

@@ -16,8 +16,14 @@ with probability 0.55, so the 80% goal is out of reach for OOM budgets over a mo
 OOM rate between those series and the rest: the margin of a series is lowered only past its first budgeted kill
 (``RiskBudget.memory_kill_allowance``), so the rest run at the priced level, whatever the budget.
 
+``--fleet`` replays each budget's series together in the order of time (``replay.replay_fleet``: one
+recommender serving them all, each step with the fleet's margins of the containers running then), as the
+fleet's pooled memory margin (``RiskBudget.memory_fleet_eta``) needs: replayed one at a time, every series sees a
+fleet of one. It runs one process per budget.
+
 ``python -m tests.benchmarks.calibration_study [--trace NAME ...] [--series N] [--scales 0.1,1,10]
-[--budgets B1;B2;B3] [--write]``; ``--write`` puts the table into the ``calibration`` section of RESULTS.md.
+[--budgets B1;B2;B3] [--fleet] [--write]``; ``--write`` puts the table into the ``calibration`` section of
+RESULTS.md.
 """
 
 from __future__ import annotations
@@ -29,13 +35,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from recommender.backtest.replay import ReplayConfig, fleet_of
+from recommender.backtest.replay import ReplayConfig, fleet_of, make_grid, replay_fleet
 from recommender.backtest.runner import StrategySpec, score_series
-from recommender.backtest.scoring import Metrics, Totals, metrics
+from recommender.backtest.scoring import Metrics, Totals, metrics, score
 from recommender.backtest.trace import Series, read_trace
 from recommender.model.common import MIB
 from recommender.model.podtailor_budget import MONTH_S, RiskBudget, budget_text, parse_budget
 from recommender.model.podtailor_params import MinResources
+from recommender.model.registry import get_strategy
 from tests.benchmarks.results import machine_facts, write_section
 from tests.benchmarks.scale_study import TRACES, TRACES_DIR, scaled
 
@@ -84,13 +91,30 @@ def _work(args: tuple[Series, list[StrategySpec], ReplayConfig]) -> dict[str, To
     return score_series(*args)
 
 
-def study(series: list[Series], budgets: list[RiskBudget], workers: int) -> dict[str, object]:
-    """One replay of every series under VPA and podtailor at each budget; the rows and the floor-bound counts."""
+def _fleet_work(args: tuple[list[Series], StrategySpec, ReplayConfig]) -> list[Totals]:
+    series, spec, cfg = args
+    plans = replay_fleet(series, get_strategy(spec.name, **dict(spec.overrides)), cfg)
+    return [score(s, p, make_grid(s, cfg)) for s, p in zip(series, plans, strict=True)]
+
+
+def study(series: list[Series], budgets: list[RiskBudget], workers: int, *,
+          fleet: bool = False) -> dict[str, object]:
+    """One replay of every series under VPA and podtailor at each budget; the rows and the floor-bound counts.
+    ``fleet``: each budget's series are replayed together in time order (``replay.replay_fleet``, one process
+    per budget), so the fleet's margins are those of a recommender serving them all."""
     specs = [StrategySpec(name="vpa"), *(StrategySpec(name="podtailor", label=f"podtailor {budget_text(b)}",
                                                       overrides=(("budget", b),)) for b in budgets)]
     cfg = ReplayConfig(fleet=fleet_of(series, ReplayConfig()))
+    series = [s for s in series if len(s) >= 2]  # score_series skips shorter ones
     with ProcessPoolExecutor(max_workers=max(workers, 1)) as pool:
-        per = list(pool.map(_work, [(s, specs, cfg) for s in series], chunksize=4))
+        if fleet:
+            per = list(pool.map(_work, [(s, specs[:1], cfg) for s in series], chunksize=4))
+            for spec, totals in zip(specs[1:], pool.map(_fleet_work, [(series, sp, cfg) for sp in specs[1:]]),
+                                    strict=True):
+                for p, t in zip(per, totals, strict=True):
+                    p[spec.key] = t
+        else:
+            per = list(pool.map(_work, [(s, specs, cfg) for s in series], chunksize=4))
     out: dict[str, object] = {}
     for spec, budget in zip(specs[1:], budgets, strict=True):
         bound = [floor_bound(s, budget) for s, p in zip(series, per, strict=True) if p]
@@ -160,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="another setting of every budget (RiskBudget's fields, e.g. cpu_eta_start=0.5)")
+    parser.add_argument("--fleet", action="store_true",
+                        help="replay each budget's series together in time order, as one recommender serving the "
+                             "fleet (its pooled margins: RiskBudget.memory_fleet_eta); one process per budget")
     parser.add_argument("--write", action="store_true", help="write the table into RESULTS.md (`calibration`)")
     args = parser.parse_args(argv)
     extra = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
@@ -179,14 +206,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         series = [s for _, s in zip(range(args.series or 10**9), read_trace(path, cols), strict=False)]
         for scale in args.scales.split(","):
-            rows = lines(name, scale, study(scaled(series, float(scale)), budgets, args.workers))
+            rows = lines(name, scale, study(scaled(series, float(scale)), budgets, args.workers,
+                                                 fleet=args.fleet))
             table += rows
             print("\n".join(rows), flush=True)
     if args.write:
         which = "every series" if args.series is None else f"the first {args.series} series"
         write_section("calibration", "Risk budget calibration per training trace (#39 item 2)",
-                      f"{machine_facts()}\n\n`python -m tests.benchmarks.calibration_study --scales {args.scales}` "
-                      f"({which} of each trace, {args.workers} workers).\n\n" + "\n".join(table))
+                      f"{machine_facts()}\n\n`python -m tests.benchmarks.calibration_study --scales {args.scales}"
+                      f"{' --fleet' if args.fleet else ''}` ({which} of each trace, {args.workers} workers"
+                      f"{'; each budget replayed over the fleet together' if args.fleet else ''}).\n\n"
+                      + "\n".join(table))
     return 0
 
 

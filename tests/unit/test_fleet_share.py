@@ -175,8 +175,9 @@ def test_the_risk_budgets_margin_sums_travel_in_the_note_only_when_some_containe
     note has no margin keys (as before the budget existed) and decodes to zero margins."""
     from recommender.model.fleet import combine
 
-    left = FleetSums.of([0.5, 1.5], [GIB], cpu_log_margins=[0.1, -0.3], memory_log_margins=[0.2])
-    right = FleetSums.of([2.0], [3 * GIB], cpu_log_margins=[0.5])
+    left = FleetSums.of([0.5, 1.5], [GIB], cpu_log_margins=[0.1, -0.3], memory_log_margins=[0.2],
+                        memory_excess=[0.75])
+    right = FleetSums.of([2.0], [3 * GIB], cpu_log_margins=[0.5], memory_log_margins=[-0.1], memory_excess=[-1.25])
     for part in (left, right):
         text = encode(part, strategy="podtailor", published_s=NOW, pass_number=1)
         assert decode(text)[0] == part
@@ -184,15 +185,20 @@ def test_the_risk_budgets_margin_sums_travel_in_the_note_only_when_some_containe
                      for p in (left, right)])
     scale = whole.scale()
     assert scale is not None and scale.cpu_log_margin == pytest.approx((0.1 - 0.3 + 0.5) / 3, rel=1e-15)
-    assert scale.memory_log_margin == pytest.approx(0.2, rel=1e-15)
+    assert scale.memory_log_margin == pytest.approx(0.05, rel=1e-15)
+    assert scale.memory_excess == -0.25  # the fleet's kills beyond budget, per container with a memory margin
     assert whole == FleetSums.of([0.5, 1.5, 2.0], [GIB, 3 * GIB], cpu_log_margins=[0.1, -0.3, 0.5],
-                                 memory_log_margins=[0.2])
+                                 memory_log_margins=[0.2, -0.1], memory_excess=[0.75, -1.25])
     plain = FleetSums.of([1.0], [GIB])
     doc = json.loads(encode(plain, strategy="podtailor", published_s=NOW, pass_number=1))
-    assert not any("Margin" in key for key in doc)
+    assert not any("Margin" in key or "Excess" in key for key in doc)
     assert plain.scale() is not None and plain.scale().cpu_log_margin is None  # type: ignore[union-attr]
     with pytest.raises(ValueError):
         decode(json.dumps({**doc, "cpuMarginSum": "1/2"}))  # a margin sum over no containers
+    with pytest.raises(ValueError):
+        decode(json.dumps({**doc, "memoryExcessSum": "3/4"}))  # an excess over no containers
+    with pytest.raises(ValueError, match="one per memory log-margin"):
+        FleetSums.of([1.0], [GIB], memory_log_margins=[0.1], memory_excess=[0.5, 0.5])
 
 
 def test_the_lock_records_each_shards_note_and_writes_its_own_on_the_renewals_of_a_held_shard() -> None:

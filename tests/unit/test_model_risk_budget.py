@@ -180,9 +180,10 @@ def test_the_budget_state_round_trips_through_the_checkpoint_and_is_absent_witho
     state.budget = BudgetState(cpu_log_margin=0.3, memory_log_margin=None, cpu_target_cores=0.4, cpu_over_s=300.0,
                                cpu_seen_s=HOUR,
                                memory_kills=1, memory_seen_s=HOUR, total_cpu_over_s=600.0,
-                               total_cpu_seen_s=DAY, total_memory_kills=2, total_memory_seen_s=DAY)
+                               total_cpu_seen_s=DAY, total_memory_kills=2, total_memory_seen_s=DAY,
+                               total_memory_allowed=0.5, memory_fleet_log=-0.05)
     data = state.to_checkpoint()
-    assert len(data["budget"]) == 11  # eleven numbers: the checkpoint stays small
+    assert len(data["budget"]) == 13  # thirteen numbers: the checkpoint stays small
     restored = strategy.restore(data)
     assert isinstance(restored, PodtailorState) and restored.budget == state.budget
     for bad in ({"cpu_log_margin": "x"}, {"nope": 1.0}, {"memory_kills": math.inf}, [1.0]):
