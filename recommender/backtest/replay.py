@@ -243,8 +243,8 @@ def replay_fleet(series: list[Series], strategy: Strategy, cfg: ReplayConfig) ->
     instant: ``cfg.fleet``'s sizes, with the risk budget's fleet margins (``Strategy.fleet_scale``) of the
     containers running then (a series from its first step to the end of its last; one that has ended has left
     the fleet). So a container that starts later begins from the fleet's margin, and a margin pooled over the
-    fleet learns from every running container's overruns. One process; per series, what ``replay``
-    returns with a fixed fleet."""
+    fleet learns from every running container's overruns. One process; one plan per series, as ``replay``
+    gives for one."""
     runs = [_Run(s, strategy, cfg) for s in series]
     events = sorted((float(r.grid.edges_s[h]), i, h) for i, r in enumerate(runs) for h in range(r.grid.steps))
     k = 0

@@ -22,7 +22,9 @@ risk budget stated (``budget``, ``podtailor_budget``; off by default), the slow 
 budget's own (1 - the budget share, not the priced one: ``RiskBudget.cpu_level_factor``), and the CPU request's
 level and the memory level x margin are multiplied by the container's own margin, calibrated from its overruns
 before each recommendation (``PodtailorState.calibrate_budget``), and starting from the fleet's
-(``fleet_scale``).
+(``fleet_scale``); the memory one also by a margin pooled over the fleet from every container's kills beyond
+budget (``RiskBudget.memory_fleet_eta``, ``PodtailorState.memory_budget_margin``), held between memory moves as
+the jump margin is.
 """
 
 from __future__ import annotations

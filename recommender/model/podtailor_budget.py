@@ -4,7 +4,8 @@ Owns ``RiskBudget`` (a part composed by ``PodtailorParams``: the share of time C
 request, and the OOM kills a container may take per month; 0 leaves that resource as the prices set it), the
 update that holds each container to it (``cpu_step``, ``memory_step``: adaptive conformal inference, Gibbs and
 Candes 2021, "Adaptive conformal inference under distribution shift", eq. (2), on the log of a multiplicative
-margin: after each observed period ``log m += eta x (overrun - budget)``), the step size that starts large and
+margin: after each observed period ``log m += eta x (overrun - budget)``; for memory also the fleet's pooled
+margin, ``memory_fleet_log``, the same update on the fleet's kills), the step size that starts large and
 decays with the container's own observed time (``RiskBudget.eta``: a short series still reaches its budget, a
 long one does not waste slack after every overrun), and the text form shared by the ``--risk-budget`` flag and
 the ``podtailor.io/risk-budget`` annotation (``parse_budget``: "cpu=0.01,oom=0.5"). Numbers in, numbers out.
