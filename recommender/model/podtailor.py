@@ -288,7 +288,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             return no_recommendation("no history"), state
         prm, n = self.params, max(policy.containers_in_pod, 1)
         cur_cpu = current.requests.cpu_millicores
-        m_cpu, _ = state.calibrate_budget(prm.budget, policy.fleet)
+        m_cpu = state.calibrate_budget(prm.budget, policy.fleet)
         c_cpu, c_mem = state.cpu_seen.days(), state.memory_seen.days()
         cpu = self._cpu(state, c_cpu, policy.fleet, m_cpu)
         cpu_floor, memory_floor = prm.floors.pod_cpu_millicores / 1000.0 / n, prm.floors.pod_memory_mib * MIB / n

@@ -31,7 +31,6 @@ from recommender.model.types import FleetScale, FloatArray, OomKill, UsageBatch
 STATE_VERSION = 1
 
 
-
 class PodtailorState(SeenSpan):
     """podtailor's per-container history."""
 
@@ -86,14 +85,15 @@ class PodtailorState(SeenSpan):
             self.cpu_limit_ratio = max(limit_millicores / request_millicores, 1.0)
         return self.cpu_limit_ratio
 
-    def calibrate_budget(self, budget: RiskBudget, fleet: FleetScale | None) -> tuple[float, float]:
+    def calibrate_budget(self, budget: RiskBudget, fleet: FleetScale | None) -> float:
         """Fold the overruns counted since the last call into the log-margins of the resources ``budget``
         budgets (``RiskBudget.cpu_step``, ``memory_step``); a resource budgeted for the first time starts from
         the fleet's margin (else 1), and from then on its overruns are counted. The budget is the recommending
-        strategy's (a VPA's annotation may state one the state's own parameters do not). Returns the CPU and
-        memory margins to multiply the priced levels by (1 where not budgeted)."""
+        strategy's (a VPA's annotation may state one the state's own parameters do not). Returns the CPU margin
+        to multiply the priced level by (1 where not budgeted); the memory margin is ``memory_budget_margin``'s,
+        which also takes the fleet's pooled part."""
         b = self.budget
-        cpu = mem = 1.0
+        cpu = 1.0
         if budget.cpu_over_share > 0:
             if b.cpu_log_margin is None:
                 b.cpu_log_margin = _fleet_margin(fleet, "cpu_log_margin")
@@ -109,11 +109,10 @@ class PodtailorState(SeenSpan):
                                                          seen_s=b.memory_seen_s,
                                                          observed_days=b.total_memory_seen_s / DAY_S)
                 b.total_memory_allowed += budget.oom_per_month * b.memory_seen_s / MONTH_S
-            mem = math.exp(b.memory_log_margin)
         if b != BudgetState():
             b.cpu_over_s = b.cpu_seen_s = b.memory_seen_s = 0.0
             b.memory_kills = 0
-        return cpu, mem
+        return cpu
 
     def memory_budget_margin(self, budget: RiskBudget, fleet: FleetScale | None, *, refresh: bool) -> float:
         """The memory margin to size with: the container's own (``calibrate_budget``) times the fleet's pooled

@@ -143,10 +143,16 @@ def test_a_container_without_a_margin_starts_from_the_fleets() -> None:
     strategy, state = state_with(CPU_ONLY)
     fleet = FleetScale(cpu_cores=1.0, memory_bytes=GIB, cpu_log_margin=math.log(2.0), memory_log_margin=0.7)
     fresh = state.successor()
-    assert fresh.calibrate_budget(CPU_ONLY, fleet) == (pytest.approx(2.0), 1.0)  # memory is not budgeted: 1
+    assert fresh.calibrate_budget(CPU_ONLY, fleet) == pytest.approx(2.0)
     assert fresh.budget.cpu_log_margin == pytest.approx(math.log(2.0)) and fresh.budget.memory_log_margin is None
-    assert state.successor().calibrate_budget(BOTH, None) == (1.0, 1.0)  # no fleet margin: 1
-    assert state.successor().calibrate_budget(RiskBudget(), fleet) == (1.0, 1.0)  # no budget: 1, nothing armed
+    assert fresh.memory_budget_margin(CPU_ONLY, fleet, refresh=False) == 1.0  # memory is not budgeted: 1
+    unfleeted = state.successor()
+    assert unfleeted.calibrate_budget(BOTH, None) == 1.0  # no fleet margin: 1
+    assert unfleeted.budget.memory_log_margin == 0.0
+    assert unfleeted.memory_budget_margin(BOTH, None, refresh=False) == 1.0
+    unbudgeted = state.successor()
+    assert unbudgeted.calibrate_budget(RiskBudget(), fleet) == 1.0  # no budget: 1, nothing armed
+    assert unbudgeted.budget.cpu_log_margin is None and unbudgeted.budget.memory_log_margin is None
     state.add(batch(np.full(12, 0.3), start=NOW - HOUR))
     policy = ContainerPolicy(fleet=fleet)
     plain = get_strategy("podtailor").recommend(state, now_s=NOW, policy=policy, current=CurrentResources())[0]

@@ -44,7 +44,7 @@ def test_the_fleets_excess_multiplies_every_containers_memory_margin_held_betwee
     _, state = state_with(POOLED)
     fleet = FleetScale(cpu_cores=1.0, memory_bytes=GIB, memory_excess=1.0)
     armed = state.successor()
-    assert armed.calibrate_budget(POOLED, fleet) == (1.0, 1.0)  # its own margin: the fleet has none, 0
+    assert armed.calibrate_budget(POOLED, fleet) == 1.0 and armed.budget.memory_log_margin == 0.0  # the fleet has none
     # its own (0) plus 0.2 x 1 kill beyond budget per container
     assert armed.memory_budget_margin(POOLED, fleet, refresh=False) == pytest.approx(math.exp(0.2))
     # held: a fleet that moved is taken only on a refresh (the memory target goes out anyway)
