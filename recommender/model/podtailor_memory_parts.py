@@ -167,3 +167,8 @@ class OomHandling:
     window_s: float = DAY_S
     """How long a bump floors the target: the killed hour stays in the statistic's window anyway (at the limit
     it was censored at), and a longer floor holds the bumped level long after the burst."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.min_bump_bytes < math.inf and 1 <= self.bump_ratio < math.inf
+                and 0 <= self.window_s < math.inf):  # also rejects NaN
+            raise ValueError("oom: min_bump_bytes and window_s must be finite and >= 0, bump_ratio finite and >= 1")
