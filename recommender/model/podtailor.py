@@ -186,7 +186,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         max_allowed = policy.max_allowed.memory_bytes
         margin_fraction = self._memory_margin(state, now_s, refresh=refresh)
         stat = self._memory_statistic(state, now_s, margin_fraction, policy.fleet)
-        oom = state.oom_floor(now_s)
+        oom = state.oom_floor(now_s, hold_s=prm.budget.oom_hold_s(prm.oom.window_s),
+                              repeat_ratio=prm.budget.oom_repeat())
         if oom is not None and max_allowed is not None:
             oom = min(oom, float(max_allowed))
         if stat is None and oom is None:

@@ -29,6 +29,13 @@ OOM_ETA_REFERENCE_PER_MONTH = 1.0
 """The OOM budget ``memory_fleet_eta`` is stated at: at another budget it is scaled by this / the budget, so ACI's
 bound on the realized rate's error relative to the budget is the same at every budget (as the CPU step's)."""
 
+OOM_HOLD_MAX_S = 90 * 86400.0
+"""The longest an OOM bump is held under an OOM budget (``RiskBudget.oom_hold_s``), and how long the state keeps
+the bumps it may need."""
+
+OOM_REPEAT_MAX = 4.0
+"""The most a repeated kill multiplies its bump by (``RiskBudget.oom_repeat_ratio``)."""
+
 STEP_HOURS_MAX = 24.0
 """The most observed time one calibration step may weigh (a checkpoint restored after a long pause)."""
 
@@ -88,6 +95,17 @@ class RiskBudget:
     2.4-2.5 and 2.8-3.0 on 150 Bitbrains VMs of each month; pooled at 2, to 0.76 / 1.20 / 1.96, 0.66 / 1.09 /
     1.94 and 1.07 / 1.60 / 2.41, at more memory slack where the kills fell. 4 landed no nearer on the Google jobs
     at much more memory slack at 0.5 (RESULTS.md, "OOM budget, third pass")."""
+    oom_hold_factor: float = 1.0
+    """With an OOM budget, a kill's bump floors the memory target for this / the budget months (at least
+    ``OomHandling.window_s``, at most ``OOM_HOLD_MAX_S``): 2 months at 0.5 a month, 15 days at 2. A container whose
+    bursts come more often than its budget allows keeps the level that covers them; one whose bursts are rarer
+    takes no more than its budget of kills with the bump's own day. Without it, a container's memory falls back
+    a day after each kill and the next burst kills it again, and those repeated kills, pooled, raise every
+    container's fleet margin (RESULTS.md, "OOM budget, fourth pass"). 0: the bump's own window."""
+    oom_repeat_ratio: float = 1.5
+    """With an OOM budget, a kill that follows k others within the hold bumps by the bump x this^k (at most x
+    ``OOM_REPEAT_MAX``): a kill is seen only at the limit it hit, so a burst far above the limit would otherwise
+    cost one kill per bump of x1.2. 1: every kill bumps alike."""
     eta_decay_days: float = 2.0
     """eta = end + (start - end) x d / (d + observed days): half-way down after this many days."""
     min_margin: float = 0.25
@@ -99,11 +117,13 @@ class RiskBudget:
         if not (0 <= self.cpu_over_share < 1 and 0 <= self.oom_per_month < math.inf):  # also rejects NaN
             raise ValueError("budget: cpu_over_share must be in [0, 1) and oom_per_month finite and >= 0")
         etas = (self.cpu_eta_start, self.cpu_eta_end, self.memory_eta_start, self.memory_eta_end,
-                self.cpu_eta_budget_power, self.cpu_level_factor, self.memory_fleet_eta)
+                self.cpu_eta_budget_power, self.cpu_level_factor, self.memory_fleet_eta, self.oom_hold_factor)
         if not all(0 <= e < math.inf for e in etas) or not self.eta_decay_days > 0:
             raise ValueError("budget: the step sizes must be finite and >= 0, eta_decay_days > 0")
         if not 0 <= self.memory_kill_allowance < math.inf:
             raise ValueError("budget: memory_kill_allowance must be finite and >= 0")
+        if not 1 <= self.oom_repeat_ratio < math.inf:
+            raise ValueError("budget: oom_repeat_ratio must be finite and >= 1")
         if not 0 < self.min_margin <= 1 <= self.max_margin < math.inf:
             raise ValueError("budget: 0 < min_margin <= 1 <= max_margin is required")
 
@@ -151,6 +171,18 @@ class RiskBudget:
     def memory_margin(self, own: float, fleet_log: float) -> float:
         """The memory margin a container is sized with: exp(its own log-margin + the fleet's), within the bounds."""
         return math.exp(self._clip(own + fleet_log))
+
+    def oom_hold_s(self, window_s: float) -> float:
+        """How long a kill's bump floors the memory target: ``window_s`` (``OomHandling``'s) without an OOM
+        budget, else ``oom_hold_factor`` / the budget months, at least ``window_s``, at most ``OOM_HOLD_MAX_S``."""
+        if self.oom_per_month <= 0 or self.oom_hold_factor <= 0:
+            return window_s
+        return max(window_s, min(self.oom_hold_factor * MONTH_S / self.oom_per_month, OOM_HOLD_MAX_S))
+
+    def oom_repeat(self) -> float:
+        """The ratio a repeated kill's bump is multiplied by per earlier kill within the hold (1 without an OOM
+        budget)."""
+        return self.oom_repeat_ratio if self.oom_per_month > 0 else 1.0
 
     def budget_months(self, seen_s: float, observed_days: float) -> float:
         """The months of the last ``seen_s`` (of ``observed_days`` observed in all) that lower the memory

@@ -24,11 +24,15 @@ from recommender.model.common import DAY_S, oom_bump, segments, validate_batch
 from recommender.model.histogram import BucketScheme, DecayingHistogram
 from recommender.model.observed import Observed, SeenSpan, throttle_corrected
 from recommender.model.peaks import IntervalPeaks, SlotMax, SortedSamples, sort_samples, split_at
-from recommender.model.podtailor_budget import MONTH_S, RiskBudget
+from recommender.model.podtailor_budget import MONTH_S, OOM_HOLD_MAX_S, OOM_REPEAT_MAX, RiskBudget
 from recommender.model.podtailor_params import PodtailorParams
 from recommender.model.types import FleetScale, FloatArray, OomKill, UsageBatch
 
 STATE_VERSION = 1
+
+OOM_BUMPS_KEPT = 64
+"""The most OOM bumps a state keeps (the newest), so that a container killed again and again keeps a small
+checkpoint."""
 
 
 class PodtailorState(SeenSpan):
@@ -184,12 +188,24 @@ class PodtailorState(SeenSpan):
         used = max(float(oom.memory_limit_bytes or 0), float(oom.memory_request_bytes or 0), self.memory.usage_peak)
         bump = oom_bump(used, min_bump_bytes=self.params.oom.min_bump_bytes, ratio=self.params.oom.bump_ratio)
         self.oom_bumps.append((oom.timestamp_s, bump))
+        # kept for the longest hold a budget may ask (``RiskBudget.oom_hold_s``), the newest OOM_BUMPS_KEPT at most
         newest = max(t for t, _ in self.oom_bumps)
-        self.oom_bumps = sorted(b for b in self.oom_bumps if b[0] >= newest - self.params.oom.window_s)
+        keep_s = max(self.params.oom.window_s, OOM_HOLD_MAX_S)
+        self.oom_bumps = sorted(b for b in self.oom_bumps if b[0] >= newest - keep_s)[-OOM_BUMPS_KEPT:]
 
-    def oom_floor(self, now_s: float) -> float | None:
-        recent = [b for t, b in self.oom_bumps if now_s - self.params.oom.window_s <= t <= now_s]
-        return max(recent) if recent else None
+    def oom_floor(self, now_s: float, *, hold_s: float | None = None, repeat_ratio: float = 1.0) -> float | None:
+        """The memory floor the OOM bumps of the last ``hold_s`` (``OomHandling.window_s`` when None) set at
+        ``now_s``: the largest bump, each multiplied by ``repeat_ratio``^k (at most ``OOM_REPEAT_MAX``) for the k
+        kills within ``hold_s`` before it (``RiskBudget.oom_repeat_ratio``). None: no bump in force."""
+        hold = self.params.oom.window_s if hold_s is None else hold_s
+        out: float | None = None
+        for i, (t, bump) in enumerate(self.oom_bumps):  # sorted by time
+            if not now_s - hold <= t <= now_s:
+                continue
+            k = sum(1 for u, _ in self.oom_bumps[:i] if u >= t - hold)
+            value = bump * min(repeat_ratio ** k, OOM_REPEAT_MAX) if k else bump
+            out = value if out is None else max(out, value)
+        return out
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {"strategy": "podtailor", "version": STATE_VERSION, "cpu": self.cpu.to_checkpoint(),

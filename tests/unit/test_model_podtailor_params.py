@@ -29,7 +29,7 @@ def test_the_flat_view_names_every_setting_once_and_round_trips() -> None:
     assert json.loads(json.dumps(flat)) == flat  # enums as their strings: reports print it as it is
     assert flat["cpu_price.mode"] == "fleet" and flat["memory.statistic"] == "cost" and flat["risk"] == 1.0
     assert flat["dwell.decrease_s"] == 20 * 3600.0 and flat["resize.down_fraction"] == 0.2
-    assert len(flat) == 67  # 66 settings in 12 parts (13 of them the risk budget's), and the risk
+    assert len(flat) == 69  # 68 settings in 12 parts (15 of them the risk budget's), and the risk
     # Every name of the view is one with_overrides takes, and setting each to its own value changes nothing.
     assert with_overrides(PodtailorParams(), flat) == PodtailorParams()
     changed = with_overrides(PodtailorParams(), {"cpu_price.mode": "container", "memory_margin.mode": "fixed",
