@@ -8,7 +8,7 @@ rate over all series (CPU: time over the request / time; memory: OOM-equivalents
 [1/2, 2]x of the budget (goal: 80%), and VPA's realized rate in the same run. Series that cannot meet a budget
 are counted apart and left out of the share: those whose usage is above podtailor's per-pod floor for less
 than half the budget (CPU time; memory: hours per month), which the floor holds above their usage whatever the
-margin; where there are any, the CPU cell also gives the realized rate over the other series. A series
+margin; where there are any, the CPU and OOM cells also give the realized rate over the other series. A series
 whose scored span holds less than one budgeted kill cannot land within [1/2, 2]x of an OOM
 budget (0 kills is below, 1 is above): the share counts only series with at least one. Even then a count is
 Poisson-like: at exactly one budgeted kill, a perfectly calibrated series lands within [1/2, 2]x (1 or 2 kills)
@@ -120,9 +120,11 @@ def study(series: list[Series], budgets: list[RiskBudget], workers: int, *,
         bound = [floor_bound(s, budget) for s, p in zip(series, per, strict=True) if p]
         kept = [p for p in per if p]
         free = [p[spec.key] for p, (cpu_bound, _) in zip(kept, bound, strict=True) if not cpu_bound]
+        free_mem = [p[spec.key] for p, (_, mem_bound) in zip(kept, bound, strict=True) if not mem_bound]
         out[spec.key] = {"budget": budget, "row": rates([p[spec.key] for p in kept]),
                          "vpa": rates([p["vpa"] for p in kept]), "bound": bound,
-                         "free_cpu_share": rates(free).cpu_share if free else None}
+                         "free_cpu_share": rates(free).cpu_share if free else None,
+                         "free_oom": rates(free_mem).oom_per_month if free_mem else None}
     return out
 
 
@@ -154,17 +156,25 @@ def lines(name: str, scale: str, res: dict[str, object]) -> list[str]:
         assert isinstance(raw, dict)
         budget, row, vpa, bound = raw["budget"], raw["row"], raw["vpa"], raw["bound"]
         cpu_in, mem_in = within_share(row, bound, budget)
-        oom = "n/a" if row.oom_per_month is None else f"{row.oom_per_month:.2f}"
+        oom = "n/a" if row.oom_per_month is None else f"{row.oom_per_month:.2f}{_error(row.oom_per_month, budget)}"
+        free_oom = raw["free_oom"]
+        if free_oom is not None and any(m for _, m in bound):
+            oom += f"; {free_oom:.2f}{_error(free_oom, budget)} without the floor-bound"
         oom_vpa = "n/a" if vpa.oom_per_month is None else f"{vpa.oom_per_month:.2f}"
         free = raw["free_cpu_share"]
         apart = "" if not any(c for c, _ in bound) or free is None else \
             f"; {free:.4f} ({free / budget.cpu_over_share - 1:+.0%}) without the floor-bound"
         out.append(f"| {name} | {scale}x | {budget_text(budget)} | {row.cpu_share:.4f} "
                    f"({row.cpu_share / budget.cpu_over_share - 1:+.0%}) vs {vpa.cpu_share:.4f}{apart} | {cpu_in:.0%} | "
-                   f"{oom} vs {oom_vpa} | {'n/a' if mem_in is None else f'{mem_in:.0%}'} | "
+                   f"{oom} (VPA {oom_vpa}) | {'n/a' if mem_in is None else f'{mem_in:.0%}'} | "
                    f"{sum(c for c, _ in bound)} / {sum(m for _, m in bound)} | {_vs(row, vpa)} | "
                    f"{oom_split(row, bound, budget)} |")
     return out
+
+
+def _error(oom_per_month: float, budget: RiskBudget) -> str:
+    """" (+22%)": an OOM rate's error against the budget ("" where memory is not budgeted)."""
+    return f" ({oom_per_month / budget.oom_per_month - 1:+.0%})" if budget.oom_per_month > 0 else ""
 
 
 def _vs(row: Rates, vpa: Rates) -> str:
@@ -192,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
     budgets = [replace(parse_budget(b), **extra) for b in args.budgets.split(";")]
     header = ["| trace | scale | budget | CPU share over request (vs budget) vs VPA | series within [1/2, 2]x "
-              "(CPU) | OOM / container-month vs VPA | series within [1/2, 2]x (OOM) | floor-bound series (CPU / "
+              "(CPU) | OOM / container-month (vs budget) | series within [1/2, 2]x (OOM) | floor-bound series (CPU / "
               "memory) | CPU slack rel / mem slack rel / changes per day, vs VPA | OOM / container-month: series "
               "holding >= 1 budgeted kill (n) / the rest (n) |",
               "|---|---|---|---|---|---|---|---|---|---|"]
