@@ -99,9 +99,10 @@ class RiskBudget:
     """With an OOM budget, a kill's bump floors the memory target for this / the budget months (at least
     ``OomHandling.window_s``, at most ``OOM_HOLD_MAX_S``): 2 months at 0.5 a month, 15 days at 2. A container whose
     bursts come more often than its budget allows keeps the level that covers them; one whose bursts are rarer
-    takes no more than its budget of kills with the bump's own day. Without it, a container's memory falls back
-    a day after each kill and the next burst kills it again, and those repeated kills, pooled, raise every
-    container's fleet margin (RESULTS.md, "OOM budget, fourth pass"). 0: the bump's own window."""
+    would stay within its budget with the bump's own day too, and pays the hold in slack. Without it, a
+    container's memory falls back a day after each kill and the next burst kills it again, and those repeated
+    kills, pooled, raise every container's fleet margin (RESULTS.md, "OOM budget, fourth pass"). 0: the bump's
+    own window."""
     oom_repeat_ratio: float = 1.5
     """With an OOM budget, a kill that follows k others within the hold bumps by the bump x this^k (at most x
     ``OOM_REPEAT_MAX``): a kill is seen only at the limit it hit, so a burst far above the limit would otherwise
