@@ -224,7 +224,7 @@ class PodtailorState(SeenSpan):
         self.cpu_fast = DecayingHistogram.from_checkpoint(data["cpu_fast"])
         self.memory = IntervalPeaks.from_checkpoint(data["memory"])
         self.memory_max = SlotMax.from_checkpoint(data["memory_max"])
-        self.oom_bumps = [(float(t), float(b)) for t, b in data["oom_bumps"]]
+        self.oom_bumps = _oom_bumps(data["oom_bumps"])
         self.cpu_seen = _observed(data["cpu_seen"])
         self.memory_seen = _observed(data["memory_seen"])
         applied = data.get("applied")  # absent in checkpoints written before the dwell time existed
@@ -301,6 +301,14 @@ def _fleet_margin(fleet: FleetScale | None, name: str) -> float:
 def _observed(raw: list[Any]) -> Observed:
     first, last, seconds = raw
     return Observed(None if first is None else float(first), None if last is None else float(last), float(seconds))
+
+
+def _oom_bumps(raw: Any) -> list[tuple[float, float]]:
+    """A checkpoint's OOM bumps as the state keeps them: (time, bump) pairs with a finite time and a finite
+    positive bump (others are dropped: a bump that is not a size could not floor a target), sorted by time, the
+    newest ``OOM_BUMPS_KEPT`` (``oom_floor`` reads every pair against every earlier one)."""
+    pairs = [(float(t), float(b)) for t, b in raw]
+    return sorted((t, b) for t, b in pairs if math.isfinite(t) and math.isfinite(b) and b > 0)[-OOM_BUMPS_KEPT:]
 
 
 MAX_CPU_LIMIT_RATIO = 1000.0

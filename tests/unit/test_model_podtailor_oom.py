@@ -114,3 +114,17 @@ def test_under_an_oom_budget_the_target_keeps_the_bump_for_the_hold() -> None:
     assert targets["held"][0] == pytest.approx(4.8 * GIB, rel=0.01) and "memory: OOM bump" in targets["held"][1]
     assert targets["alone"][0] is not None and targets["alone"][0] < 2 * GIB
     assert "memory: OOM bump" not in targets["alone"][1]
+
+
+def test_a_checkpoints_bumps_are_kept_finite_sorted_and_bounded() -> None:
+    state = _killed(PodtailorStrategy(PodtailorParams()), [1.0])
+    data = state.to_checkpoint()
+    data["oom_bumps"] = [[NOW + 2 * DAY, 2 * GIB], [math.nan, GIB], [NOW, math.inf], [NOW, -1.0], [NOW, 0.0],
+                         [NOW + DAY, GIB]]
+    restored = PodtailorState(PodtailorParams())
+    restored.restore_from(data)
+    assert restored.oom_bumps == [(NOW + DAY, GIB), (NOW + 2 * DAY, 2 * GIB)]  # the sizes alone, in time order
+    data["oom_bumps"] = [[NOW + i, GIB + i] for i in range(1000)]
+    restored.restore_from(data)
+    assert len(restored.oom_bumps) == 64 and restored.oom_bumps[0] == (NOW + 936, GIB + 936)
+    assert restored.oom_floor(NOW + 999) == GIB + 999
