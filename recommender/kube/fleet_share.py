@@ -48,8 +48,9 @@ def _margins(sums: FleetSums) -> dict[str, object]:
     if sums.cpu_margin_count:
         out.update(cpuMarginSum=str(sums.cpu_margin_sum), cpuMarginCount=sums.cpu_margin_count)
     if sums.memory_margin_count:
-        out.update(memoryMarginSum=str(sums.memory_margin_sum), memoryMarginCount=sums.memory_margin_count,
-                   memoryExcessSum=str(sums.memory_excess_sum))
+        out.update(memoryMarginSum=str(sums.memory_margin_sum), memoryMarginCount=sums.memory_margin_count)
+    if sums.memory_excess_count:
+        out.update(memoryExcessSum=str(sums.memory_excess_sum), memoryExcessCount=sums.memory_excess_count)
     return out
 
 
@@ -59,14 +60,17 @@ def decode(text: str) -> tuple[FleetSums, str, float]:
     try:
         doc = json.loads(text)
         published = dt.datetime.strptime(doc["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
-        counts = doc["cpuCount"], doc["memoryCount"], doc.get("cpuMarginCount", 0), doc.get("memoryMarginCount", 0)
+        counts = (doc["cpuCount"], doc["memoryCount"], doc.get("cpuMarginCount", 0), doc.get("memoryMarginCount", 0),
+                  # a note written before the floor-held containers were left out counted the excess over every
+                  # container with a memory margin
+                  doc.get("memoryExcessCount", doc.get("memoryMarginCount", 0) if "memoryExcessSum" in doc else 0))
         if not all(is_int(c) for c in counts) or not isinstance(doc["strategy"], str):
             raise ValueError("counts must be whole numbers and the strategy a name")
         sums = FleetSums(cpu_cores_sum=Fraction(doc["cpuCoresSum"]), cpu_count=counts[0],
                          memory_bytes_sum=Fraction(doc["memoryBytesSum"]), memory_count=counts[1],
                          cpu_margin_sum=Fraction(doc.get("cpuMarginSum", "0")), cpu_margin_count=counts[2],
                          memory_margin_sum=Fraction(doc.get("memoryMarginSum", "0")), memory_margin_count=counts[3],
-                         memory_excess_sum=Fraction(doc.get("memoryExcessSum", "0")))
+                         memory_excess_sum=Fraction(doc.get("memoryExcessSum", "0")), memory_excess_count=counts[4])
     except (KeyError, TypeError, ZeroDivisionError, json.JSONDecodeError) as err:
         raise ValueError(f"not fleet sums: {err!r}") from err
     return sums, doc["strategy"], published.timestamp()

@@ -48,8 +48,9 @@ class FleetSums:
     """The same for the memory log-margins."""
     memory_margin_count: int = 0
     memory_excess_sum: Fraction = Fraction(0)
-    """Sum of the same containers' OOM kills beyond their budget (``BudgetState.memory_excess``; may be
-    negative), counted by ``memory_margin_count``."""
+    """Sum of OOM kills beyond their budget (``BudgetState.memory_excess``; may be negative) of the containers
+    with a memory margin whose target the pod's floor does not hold (``PodtailorStrategy.fleet_sums``)."""
+    memory_excess_count: int = 0
 
     def __post_init__(self) -> None:
         for total, count, name in ((self.cpu_cores_sum, self.cpu_count, "cpu"),
@@ -62,8 +63,9 @@ class FleetSums:
                                    (self.memory_margin_sum, self.memory_margin_count, "memory margin")):
             if count < 0 or (count == 0 and total != 0):  # a log-margin may be negative
                 raise ValueError(f"FleetSums: a {name} sum of {total} over {count} containers")
-        if self.memory_margin_count == 0 and self.memory_excess_sum != 0:
-            raise ValueError(f"FleetSums: a memory excess sum of {self.memory_excess_sum} over no containers")
+        if self.memory_excess_count < 0 or (self.memory_excess_count == 0 and self.memory_excess_sum != 0):
+            raise ValueError(f"FleetSums: a memory excess sum of {self.memory_excess_sum} over "
+                             f"{self.memory_excess_count} containers")
 
     @staticmethod
     def zero() -> FleetSums:
@@ -73,16 +75,16 @@ class FleetSums:
     def of(cpu_cores: Iterable[float], memory_bytes: Iterable[float], *, cpu_log_margins: Iterable[float] = (),
            memory_log_margins: Iterable[float] = (), memory_excess: Iterable[float] = ()) -> FleetSums:
         """The part made of these per-container sizes (and risk-budget log-margins), the finite ones of each;
-        ``memory_excess``, one per memory log-margin (the same containers), is summed as it is."""
+        ``memory_excess`` (OOM kills beyond the budget, of the containers it counts) is summed as it is."""
         cpu, memory, cpu_m, memory_m = ([v for v in values if math.isfinite(v)] for values in
                                         (cpu_cores, memory_bytes, cpu_log_margins, memory_log_margins))
         excess = list(memory_excess)
-        if excess and (len(excess) != len(memory_m) or not all(math.isfinite(v) for v in excess)):
-            raise ValueError("FleetSums.of: memory_excess must be finite, one per memory log-margin")
+        if not all(math.isfinite(v) for v in excess):
+            raise ValueError("FleetSums.of: memory_excess must be finite")
         return FleetSums(cpu_cores_sum=exact_sum(cpu), cpu_count=len(cpu), memory_bytes_sum=exact_sum(memory),
                          memory_count=len(memory), cpu_margin_sum=exact_sum(cpu_m), cpu_margin_count=len(cpu_m),
                          memory_margin_sum=exact_sum(memory_m), memory_margin_count=len(memory_m),
-                         memory_excess_sum=exact_sum(excess))
+                         memory_excess_sum=exact_sum(excess), memory_excess_count=len(excess))
 
     def __add__(self, other: FleetSums) -> FleetSums:
         return FleetSums(cpu_cores_sum=self.cpu_cores_sum + other.cpu_cores_sum,
@@ -93,7 +95,8 @@ class FleetSums:
                          cpu_margin_count=self.cpu_margin_count + other.cpu_margin_count,
                          memory_margin_sum=self.memory_margin_sum + other.memory_margin_sum,
                          memory_margin_count=self.memory_margin_count + other.memory_margin_count,
-                         memory_excess_sum=self.memory_excess_sum + other.memory_excess_sum)
+                         memory_excess_sum=self.memory_excess_sum + other.memory_excess_sum,
+                         memory_excess_count=self.memory_excess_count + other.memory_excess_count)
 
     def scale(self) -> FleetScale | None:
         """The fleet's means (0 for a resource no container has; the margins' None where none has one); None
@@ -106,8 +109,8 @@ class FleetSums:
             cpu_log_margin=float(self.cpu_margin_sum / self.cpu_margin_count) if self.cpu_margin_count else None,
             memory_log_margin=(float(self.memory_margin_sum / self.memory_margin_count)
                                if self.memory_margin_count else None),
-            memory_excess=(float(self.memory_excess_sum / self.memory_margin_count)
-                           if self.memory_margin_count else None))
+            memory_excess=(float(self.memory_excess_sum / self.memory_excess_count)
+                           if self.memory_excess_count else None))
 
 
 def combine(parts: Iterable[FleetSums]) -> FleetSums:

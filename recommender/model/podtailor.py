@@ -93,7 +93,10 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         those with history, their slow CPU histogram's p95 (``cpu.upper_percentile``) and their largest hourly
         memory peak in the window, the sizes the fleet prices are in units of (``cpu_price.fleet_ratio``,
         ``memory_price.fleet_hours``); and the risk budget's log-margins of the states that have one, whose mean
-        is where a container without one starts."""
+        is where a container without one starts, and their OOM excess, but a container whose memory target the
+        pod's floor holds (``BudgetState.memory_floored``) is left out of the excess: its margin cannot act, and
+        its months under the budget would dilute the fleet's pooled margin (RESULTS.md, "OOM budget, fifth
+        pass")."""
         prm = self.params
         cpu: list[float] = []
         memory: list[float] = []
@@ -109,7 +112,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
                             cpu_log_margins=[b.cpu_log_margin for b in margins if b.cpu_log_margin is not None],
                             memory_log_margins=[b.memory_log_margin for b in margins
                                                 if b.memory_log_margin is not None],
-                            memory_excess=[b.memory_excess for b in margins if b.memory_log_margin is not None])
+                            memory_excess=[b.memory_excess for b in margins
+                                           if b.memory_log_margin is not None and not b.memory_floored])
 
     def _cpu(self, state: PodtailorState, c: float, fleet: FleetScale | None,
              budget_margin: float = 1.0) -> ResourceEstimate | None:
@@ -303,6 +307,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         # computation on the same state: the first answer is kept for it (the jump margin is the costliest part).
         held = state.memory_margin is not None or state.budget.memory_fleet_log is not None
         first: list[tuple[ResourceEstimate | None, tuple[str, ...]]] = []
+        floored = [False]  # whether the pod's floor raised the last memory estimate (BudgetState.memory_floored)
         jump = prm.memory_margin.mode is MemoryMarginMode.JUMP  # else no refresh comes: the fleet's is taken fresh
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:
@@ -311,6 +316,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
             m_mem = state.memory_budget_margin(prm.budget, policy.fleet, refresh=refresh or not jump)
             est, r_oom = self._memory(state, c_mem, now_s, policy, refresh=refresh, budget_margin=m_mem)
             est, r_floor = _floored("memory", est, memory_floor, _memory_text(memory_floor))
+            floored[0] = bool(r_floor)
             est, r_thin = self._no_decrease("memory", est, c_mem, None if cur_mem is None else float(cur_mem))
             if not held and not first:
                 first.append((est, r_oom + r_floor + r_thin))
@@ -324,6 +330,8 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
                             reasons=reasons + r_kept + missing)
         rec = finalize(estimate, policy=policy, current=current)
+        if prm.budget.oom_per_month > 0:
+            state.budget.memory_floored = floored[0]
         if prm.budget.cpu_over_share > 0:
             # the request that goes out, after the bands, the dwell, the floors and the policy's caps: the one in
             # force while the next samples are taken, which is what the budget is scored against; not counted

@@ -108,7 +108,7 @@ class PodtailorState(SeenSpan):
         if budget.oom_per_month > 0:
             if b.memory_log_margin is None:
                 b.memory_log_margin = _fleet_margin(fleet, "memory_log_margin")
-            elif b.memory_seen_s > 0:
+            elif b.memory_seen_s > 0 or b.memory_kills:
                 b.memory_log_margin = budget.memory_step(b.memory_log_margin, kills=b.memory_kills,
                                                          seen_s=b.memory_seen_s,
                                                          observed_days=b.total_memory_seen_s / DAY_S)
@@ -143,7 +143,11 @@ class PodtailorState(SeenSpan):
             b.cpu_over_s, b.cpu_seen_s = b.cpu_over_s + over, b.cpu_seen_s + seen
             b.total_cpu_over_s, b.total_cpu_seen_s = b.total_cpu_over_s + over, b.total_cpu_seen_s + seen
         if b.memory_log_margin is not None:
-            kills, seen = len(batch.oom_kills), float(memory_samples) * batch.memory_interval_s
+            # while the pod's floor holds the memory target (``memory_floored``) its time is not counted: the
+            # margin cannot act on it, and months under the budget there would lower the margin for the day the
+            # usage outgrows the floor and pull the fleet's pooled excess down; its kills still count
+            kills = len(batch.oom_kills)
+            seen = 0.0 if b.memory_floored else float(memory_samples) * batch.memory_interval_s
             b.memory_kills, b.memory_seen_s = b.memory_kills + kills, b.memory_seen_s + seen
             b.total_memory_kills, b.total_memory_seen_s = b.total_memory_kills + kills, b.total_memory_seen_s + seen
 
@@ -263,6 +267,10 @@ class BudgetState:
     """The kills the budget allowed over the same time (budget x months, step by step, at the budget of each)."""
     memory_fleet_log: float | None = None
     """The fleet's pooled memory log-margin as last taken (``memory_budget_margin``: held between memory moves)."""
+    memory_floored: bool = False
+    """Whether the pod's floor raised the memory target last recommended with an OOM budget (the margin could
+    not lower it): until the next recommendation the container's memory time is not counted against the budget
+    (``_count_budget``) and its excess is left out of the fleet's (``PodtailorStrategy.fleet_sums``)."""
 
     @property
     def memory_excess(self) -> float:
@@ -285,6 +293,11 @@ class BudgetState:
         out = cls()
         for f in dataclasses.fields(cls):
             value = raw.get(f.name, getattr(out, f.name))
+            if f.name == "memory_floored":
+                if not isinstance(value, bool):
+                    raise ValueError("bad budget.memory_floored in a podtailor checkpoint")
+                out.memory_floored = value
+                continue
             if value is not None and not is_finite_number(value):
                 raise ValueError(f"bad budget.{f.name} in a podtailor checkpoint")
             kind = int if f.name.endswith("kills") else float

@@ -11,6 +11,7 @@ depends on the fleet it is priced in (alone: its top hours covered; in the whole
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
@@ -197,8 +198,18 @@ def test_the_risk_budgets_margin_sums_travel_in_the_note_only_when_some_containe
         decode(json.dumps({**doc, "cpuMarginSum": "1/2"}))  # a margin sum over no containers
     with pytest.raises(ValueError):
         decode(json.dumps({**doc, "memoryExcessSum": "3/4"}))  # an excess over no containers
-    with pytest.raises(ValueError, match="one per memory log-margin"):
-        FleetSums.of([1.0], [GIB], memory_log_margins=[0.1], memory_excess=[0.5, 0.5])
+    # the excess is counted apart: a container whose target the pod's floor holds has a margin, not an excess
+    held = FleetSums.of([1.0, 2.0], [GIB, GIB], memory_log_margins=[0.1, 0.3], memory_excess=[0.5])
+    assert held.memory_excess_count == 1 and held.scale().memory_excess == 0.5  # type: ignore[union-attr]
+    assert decode(encode(held, strategy="podtailor", published_s=NOW, pass_number=1))[0] == held
+    # a note written before the excess had a count of its own counted it over every memory margin
+    old = json.loads(encode(left, strategy="podtailor", published_s=NOW, pass_number=1))
+    del old["memoryExcessCount"]
+    assert decode(json.dumps(old))[0] == left
+    with pytest.raises(ValueError, match="memory_excess"):
+        FleetSums.of([1.0], [GIB], memory_log_margins=[0.1], memory_excess=[math.nan])
+    with pytest.raises(ValueError):
+        decode(json.dumps({**old, "memoryExcessCount": 1.5}))
 
 
 def test_the_lock_records_each_shards_note_and_writes_its_own_on_the_renewals_of_a_held_shard() -> None:

@@ -187,12 +187,12 @@ def test_the_budget_state_round_trips_through_the_checkpoint_and_is_absent_witho
                                cpu_seen_s=HOUR,
                                memory_kills=1, memory_seen_s=HOUR, total_cpu_over_s=600.0,
                                total_cpu_seen_s=DAY, total_memory_kills=2, total_memory_seen_s=DAY,
-                               total_memory_allowed=0.5, memory_fleet_log=-0.05)
+                               total_memory_allowed=0.5, memory_fleet_log=-0.05, memory_floored=True)
     data = state.to_checkpoint()
-    assert len(data["budget"]) == 13  # thirteen numbers: the checkpoint stays small
+    assert len(data["budget"]) == 14  # thirteen numbers and a flag: the checkpoint stays small
     restored = strategy.restore(data)
     assert isinstance(restored, PodtailorState) and restored.budget == state.budget
-    for bad in ({"cpu_log_margin": "x"}, {"nope": 1.0}, {"memory_kills": math.inf}, [1.0]):
+    for bad in ({"cpu_log_margin": "x"}, {"nope": 1.0}, {"memory_kills": math.inf}, [1.0], {"memory_floored": 1}):
         with pytest.raises(ValueError, match="budget"):
             strategy.restore({**data, "budget": bad})
 

@@ -117,3 +117,38 @@ def test_a_fleet_replayed_together_carries_one_containers_kills_to_the_others() 
         assert np.unique(plan.memory_request[kill_step - 24:]).size == 1
     # a container that starts after the kill starts from the fleet's margin
     assert together[2].memory_request[30] > alone[2].memory_request[30]
+
+
+def test_a_container_the_pods_floor_holds_counts_its_kills_but_not_its_time_nor_its_excess_in_the_fleet() -> None:
+    """At 0.1x the Bitbrains VMs, the pod's floor held 34-46% of them above their usage: their months under the
+    budget lowered their own margin for the day their usage outgrew the floor, and pulled the fleet's mean
+    excess (the pooled margin every other container takes) toward under budget."""
+    strategy, state = state_with(POOLED)
+    tiny = 8.0 * 2**20  # far under the pod's minimum memory (MinResources.pod_memory_mib)
+    state.add(batch(np.full(12, 0.3), start=NOW - HOUR, mem=tiny))
+    _, state = strategy.recommend(state, now_s=NOW, policy=ContainerPolicy(), current=current(400))
+    assert isinstance(state, PodtailorState) and state.budget.memory_floored
+    state.add(batch(np.full(24, 0.3), start=NOW, mem=tiny))
+    _, state = strategy.recommend(state, now_s=NOW + 2 * HOUR, policy=ContainerPolicy(), current=current(400))
+    assert isinstance(state, PodtailorState)
+    # two floor-held hours: no kill allowed, none taken, the margin as the fleet's (none) gave it
+    assert state.budget.total_memory_seen_s == 0.0 and state.budget.total_memory_allowed == 0.0
+    assert state.budget.memory_log_margin == 0.0
+    free = state_with(POOLED)[1]
+    free.add(batch(np.full(12, 0.3), start=NOW - HOUR))
+    free = strategy.recommend(free, now_s=NOW, policy=ContainerPolicy(), current=current(400))[1]
+    assert isinstance(free, PodtailorState) and not free.budget.memory_floored
+    free.budget.total_memory_allowed = 0.5
+    fleet = strategy.fleet_scale([state, free], NOW + 2 * HOUR)
+    # the excess is the free container's alone; both margins are pooled
+    assert fleet is not None and fleet.memory_excess == pytest.approx(-0.5)
+    assert strategy.fleet_sums([state, free], NOW + 2 * HOUR).memory_margin_count == 2
+    # a kill while the floor holds counts (usage went past the floor: the margin was too low), and steps the
+    # container's own margin though no time was seen
+    state.add(batch(np.full(12, 0.3), start=NOW + 2 * HOUR, mem=tiny, kills=1))
+    _, state = strategy.recommend(state, now_s=NOW + 3 * HOUR, policy=ContainerPolicy(), current=current(400))
+    assert isinstance(state, PodtailorState)
+    assert state.budget.memory_excess == 1.0 and state.budget.memory_log_margin > 0.0
+    # and the state says so through a checkpoint
+    again = strategy.restore(state.to_checkpoint())
+    assert isinstance(again, PodtailorState) and again.budget == state.budget
