@@ -166,7 +166,8 @@ class OomHandling:
     """VPA's bump ratio."""
     window_s: float = DAY_S
     """How long a bump floors the target: the killed hour stays in the statistic's window anyway (at the limit
-    it was censored at), and a longer floor holds the bumped level long after the burst."""
+    it was censored at), and a longer floor holds the bumped level long after the burst. With an OOM budget
+    stated the bump is held for the budget's interval instead, at least this long (``RiskBudget.oom_hold_s``)."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.min_bump_bytes < math.inf and 1 <= self.bump_ratio < math.inf

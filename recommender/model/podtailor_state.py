@@ -191,11 +191,7 @@ class PodtailorState(SeenSpan):
         """The kill happened at the limit, so ``used`` is the limit when known (VPA uses the request)."""
         used = max(float(oom.memory_limit_bytes or 0), float(oom.memory_request_bytes or 0), self.memory.usage_peak)
         bump = oom_bump(used, min_bump_bytes=self.params.oom.min_bump_bytes, ratio=self.params.oom.bump_ratio)
-        self.oom_bumps.append((oom.timestamp_s, bump))
-        # kept for the longest hold a budget may ask (``RiskBudget.oom_hold_s``), the newest OOM_BUMPS_KEPT at most
-        newest = max(t for t, _ in self.oom_bumps)
-        keep_s = max(self.params.oom.window_s, OOM_HOLD_MAX_S)
-        self.oom_bumps = sorted(b for b in self.oom_bumps if b[0] >= newest - keep_s)[-OOM_BUMPS_KEPT:]
+        self.oom_bumps = _kept_bumps([*self.oom_bumps, (oom.timestamp_s, bump)], self.params.oom.window_s)
 
     def oom_floor(self, now_s: float, *, hold_s: float | None = None, repeat_ratio: float = 1.0) -> float | None:
         """The memory floor the OOM bumps of the last ``hold_s`` (``OomHandling.window_s`` when None) set at
@@ -207,7 +203,7 @@ class PodtailorState(SeenSpan):
             if not now_s - hold <= t <= now_s:
                 continue
             k = sum(1 for u, _ in self.oom_bumps[:i] if u >= t - hold)
-            value = bump * min(repeat_ratio ** k, OOM_REPEAT_MAX) if k else bump
+            value = bump * min(repeat_ratio ** k, OOM_REPEAT_MAX)
             out = value if out is None else max(out, value)
         return out
 
@@ -228,7 +224,7 @@ class PodtailorState(SeenSpan):
         self.cpu_fast = DecayingHistogram.from_checkpoint(data["cpu_fast"])
         self.memory = IntervalPeaks.from_checkpoint(data["memory"])
         self.memory_max = SlotMax.from_checkpoint(data["memory_max"])
-        self.oom_bumps = _oom_bumps(data["oom_bumps"])
+        self.oom_bumps = _oom_bumps(data["oom_bumps"], self.params.oom.window_s)
         self.cpu_seen = _observed(data["cpu_seen"])
         self.memory_seen = _observed(data["memory_seen"])
         applied = data.get("applied")  # absent in checkpoints written before the dwell time existed
@@ -316,12 +312,22 @@ def _observed(raw: list[Any]) -> Observed:
     return Observed(None if first is None else float(first), None if last is None else float(last), float(seconds))
 
 
-def _oom_bumps(raw: Any) -> list[tuple[float, float]]:
-    """A checkpoint's OOM bumps as the state keeps them: (time, bump) pairs with a finite time and a finite
-    positive bump (others are dropped: a bump that is not a size could not floor a target), sorted by time, the
-    newest ``OOM_BUMPS_KEPT`` (``oom_floor`` reads every pair against every earlier one)."""
+def _oom_bumps(raw: Any, window_s: float) -> list[tuple[float, float]]:
+    """A checkpoint's OOM bumps as the state keeps them (``_kept_bumps``): (time, bump) pairs with a finite
+    time and a finite positive bump (others are dropped: a bump that is not a size could not floor a target)."""
     pairs = [(float(t), float(b)) for t, b in raw]
-    return sorted((t, b) for t, b in pairs if math.isfinite(t) and math.isfinite(b) and b > 0)[-OOM_BUMPS_KEPT:]
+    return _kept_bumps([(t, b) for t, b in pairs if math.isfinite(t) and math.isfinite(b) and b > 0], window_s)
+
+
+def _kept_bumps(bumps: list[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
+    """``bumps`` sorted by time, those within the longest hold a budget may ask of the newest
+    (``RiskBudget.oom_hold_s``: ``OOM_HOLD_MAX_S``, or ``OomHandling.window_s`` when longer), the newest
+    ``OOM_BUMPS_KEPT`` at most (``oom_floor`` reads every pair against every earlier one)."""
+    if not bumps:
+        return []
+    newest = max(t for t, _ in bumps)
+    keep_s = max(window_s, OOM_HOLD_MAX_S)
+    return sorted(b for b in bumps if b[0] >= newest - keep_s)[-OOM_BUMPS_KEPT:]
 
 
 MAX_CPU_LIMIT_RATIO = 1000.0

@@ -128,3 +128,7 @@ def test_a_checkpoints_bumps_are_kept_finite_sorted_and_bounded() -> None:
     restored.restore_from(data)
     assert len(restored.oom_bumps) == 64 and restored.oom_bumps[0] == (NOW + 936, GIB + 936)
     assert restored.oom_floor(NOW + 999) == GIB + 999
+    # and, as a kill's own bookkeeping keeps them, only those within the longest hold (90 days) of the newest
+    data["oom_bumps"] = [[NOW, 3 * GIB], [NOW + 91 * DAY, GIB]]
+    restored.restore_from(data)
+    assert restored.oom_bumps == [(NOW + 91 * DAY, GIB)]
