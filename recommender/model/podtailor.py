@@ -94,9 +94,9 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         memory peak in the window, the sizes the fleet prices are in units of (``cpu_price.fleet_ratio``,
         ``memory_price.fleet_hours``); and the risk budget's log-margins of the states that have one, whose mean
         is where a container without one starts, and their OOM excess, but a container whose memory target the
-        pod's floor holds (``BudgetState.memory_floored``) is left out of the excess: its margin cannot act, and
-        its months under the budget would dilute the fleet's pooled margin (RESULTS.md, "OOM budget, fifth
-        pass")."""
+        pod's floor or minAllowed holds (``BudgetState.memory_floored``) is left out of the excess: its margin
+        cannot act, and its months under the budget would dilute the fleet's pooled margin (RESULTS.md, "OOM
+        budget, fifth pass")."""
         prm = self.params
         cpu: list[float] = []
         memory: list[float] = []
@@ -330,8 +330,10 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         estimate = Estimate(cpu=cpu, memory=memory, confidence=confidence,
                             reasons=reasons + r_kept + missing)
         rec = finalize(estimate, policy=policy, current=current)
-        if prm.budget.oom_per_month > 0:
-            state.budget.memory_floored = floored[0]
+        if prm.budget.oom_per_month > 0:  # raised by the pod's floor or by the policy's minAllowed
+            low = policy.min_allowed.memory_bytes
+            state.budget.memory_floored = floored[0] or (low is not None and memory is not None
+                                                         and memory.target < low)
         if prm.budget.cpu_over_share > 0:
             # the request that goes out, after the bands, the dwell, the floors and the policy's caps: the one in
             # force while the next samples are taken, which is what the budget is scored against; not counted

@@ -264,9 +264,10 @@ class BudgetState:
     memory_fleet_log: float | None = None
     """The fleet's pooled memory log-margin as last taken (``memory_budget_margin``: held between memory moves)."""
     memory_floored: bool = False
-    """Whether the pod's floor raised the memory target last recommended with an OOM budget (the margin could
-    not lower it): until the next recommendation the container's memory time is not counted against the budget
-    (``_count_budget``) and its excess is left out of the fleet's (``PodtailorStrategy.fleet_sums``)."""
+    """Whether the pod's floor or the policy's minAllowed raised the memory target last recommended with an OOM
+    budget (the margin could not lower it): until the next recommendation the container's memory time is not
+    counted against the budget (``_count_budget``) and its excess is left out of the fleet's
+    (``PodtailorStrategy.fleet_sums``)."""
 
     @property
     def memory_excess(self) -> float:

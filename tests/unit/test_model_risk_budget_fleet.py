@@ -17,7 +17,7 @@ from recommender.model.podtailor import PodtailorStrategy
 from recommender.model.podtailor_budget import MONTH_S, RiskBudget
 from recommender.model.podtailor_params import PodtailorParams
 from recommender.model.podtailor_state import PodtailorState
-from recommender.model.types import ContainerPolicy, FleetScale
+from recommender.model.types import ContainerPolicy, FleetScale, Resources
 from tests.unit.test_model_risk_budget import GIB, HOUR, NOW, STEP, batch, current, state_with
 
 POOLED = RiskBudget(oom_per_month=1.0, memory_fleet_eta=0.2)
@@ -138,6 +138,10 @@ def test_a_container_the_pods_floor_holds_counts_its_kills_but_not_its_time_nor_
     free.add(batch(np.full(12, 0.3), start=NOW - HOUR))
     free = strategy.recommend(free, now_s=NOW, policy=ContainerPolicy(), current=current(400))[1]
     assert isinstance(free, PodtailorState) and not free.budget.memory_floored
+    # a VPA's minAllowed above the target holds it as the pod's floor does
+    held = strategy.recommend(free, now_s=NOW, policy=ContainerPolicy(min_allowed=Resources(memory_bytes=4 * GIB)),
+                              current=current(400))[1]
+    assert isinstance(held, PodtailorState) and held.budget.memory_floored
     free.budget.total_memory_allowed = 0.5
     fleet = strategy.fleet_scale([state, free], NOW + 2 * HOUR)
     # the excess is the free container's alone; both margins are pooled
