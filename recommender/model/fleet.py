@@ -49,7 +49,8 @@ class FleetSums:
     memory_margin_count: int = 0
     memory_excess_sum: Fraction = Fraction(0)
     """Sum of OOM kills beyond their budget (``BudgetState.memory_excess``; may be negative) of the containers
-    with a memory margin whose target the pod's floor does not hold (``PodtailorStrategy.fleet_sums``)."""
+    with a memory margin whose target neither the pod's floor nor minAllowed holds (``PodtailorStrategy.fleet_sums``),
+    counted by ``memory_excess_count``."""
     memory_excess_count: int = 0
 
     def __post_init__(self) -> None:

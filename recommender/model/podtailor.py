@@ -307,7 +307,7 @@ class PodtailorStrategy(StrategyBase[PodtailorParams, PodtailorState]):
         # computation on the same state: the first answer is kept for it (the jump margin is the costliest part).
         held = state.memory_margin is not None or state.budget.memory_fleet_log is not None
         first: list[tuple[ResourceEstimate | None, tuple[str, ...]]] = []
-        floored = [False]  # whether the pod's floor raised the last memory estimate (BudgetState.memory_floored)
+        floored = [False]  # whether the pod's floor raised the last memory estimate (and minAllowed, below)
         jump = prm.memory_margin.mode is MemoryMarginMode.JUMP  # else no refresh comes: the fleet's is taken fresh
 
         def memory_estimate(refresh: bool) -> tuple[ResourceEstimate | None, tuple[str, ...]]:

@@ -143,9 +143,9 @@ class PodtailorState(SeenSpan):
             b.cpu_over_s, b.cpu_seen_s = b.cpu_over_s + over, b.cpu_seen_s + seen
             b.total_cpu_over_s, b.total_cpu_seen_s = b.total_cpu_over_s + over, b.total_cpu_seen_s + seen
         if b.memory_log_margin is not None:
-            # while the pod's floor holds the memory target (``memory_floored``) its time is not counted: the
-            # margin cannot act on it, and months under the budget there would lower the margin for the day the
-            # usage outgrows the floor and pull the fleet's pooled excess down; its kills still count
+            # while the pod's floor or minAllowed holds the memory target (``memory_floored``) its time is not
+            # counted: the margin cannot act on it, and months under the budget there would lower the margin for
+            # the day the usage outgrows the floor and pull the fleet's pooled excess down; its kills still count
             kills = len(batch.oom_kills)
             seen = 0.0 if b.memory_floored else float(memory_samples) * batch.memory_interval_s
             b.memory_kills, b.memory_seen_s = b.memory_kills + kills, b.memory_seen_s + seen
