@@ -270,17 +270,18 @@ func clients(nf *nodeFlags) (*clientset.Clientset, *clientset.Clientset, error) 
 }
 
 // kubeletConfig starts from kubemark.GetHollowKubeletConfig and pins directories, addresses and
-// periods. GetHollowKubeletConfig makes temporary directories under TMPDIR; they are made under
-// the root dir and removed, since the fixed ones replace them.
+// periods. GetHollowKubeletConfig makes a root directory with static-pods and pod-logs inside it
+// under /tmp itself (test/utils/tmpdir.go MakeTempDirOrDie: "/tmp" when no base is given, not
+// TMPDIR); the fixed ones below replace them, so that directory is removed at once (one was left
+// in /tmp per node start before).
 func kubeletConfig(nf *nodeFlags, labels map[string]string, taints []v1.Taint) (*options.KubeletFlags, *kubeletconfig.KubeletConfiguration) {
-	scratch := filepath.Join(nf.rootDir, "scratch")
-	_ = os.MkdirAll(scratch, 0o755)
-	_ = os.Setenv("TMPDIR", scratch)
 	f, c := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
 		NodeName: nf.name, KubeletPort: nf.kubeletPort, KubeletReadOnlyPort: 0,
 		MaxPods: nf.maxPods, NodeLabels: labels, RegisterWithTaints: taints,
 	})
-	_ = os.RemoveAll(scratch)
+	if made := f.RootDirectory; strings.HasPrefix(filepath.Base(made), "hollow-kubelet.") {
+		_ = os.RemoveAll(made)
+	}
 	f.RootDirectory = nf.rootDir
 	f.CertDirectory = filepath.Join(nf.rootDir, "pki")
 	c.StaticPodPath = mkdir(nf.rootDir, "static-pods")

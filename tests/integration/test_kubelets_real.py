@@ -3,12 +3,14 @@
 Checks the harness's pool against the real API server: each node reports kubelet v1.37.2, its pool,
 instance-type and zone labels and the hollow-node taint, and the capacity it was started with; the kubelet's
 own Events for a pod reach the API server; the control endpoint refuses bad input with a clear error and
-changes nothing; a separate node stops on SIGTERM and removes its CRI socket.
+changes nothing; a separate node stops on SIGTERM and removes its CRI socket, and leaves no directory of
+kubemark's in /tmp.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -80,6 +82,10 @@ def test_a_node_stops_on_sigterm_and_removes_its_socket(cluster: ClusterState, t
     (node,) = pool.nodes.values()
     socket = node.root_dir / "cri.sock"
     assert socket.exists()
+    # kubemark.GetHollowKubeletConfig makes a root dir of its own in /tmp and logs it; the node removes it
+    made = re.findall(r"Using (\S+) as root dir for hollow-kubelet", node.proc.log_path.read_text())
+    assert len(made) == 1 and Path(made[0]).name.startswith("hollow-kubelet."), made
+    assert not Path(made[0]).exists(), f"{made[0]} left behind"
     node.proc.stop(timeout_s=15)
     assert node.proc.proc is not None and node.proc.proc.returncode == 0
     assert not socket.exists()

@@ -183,3 +183,4 @@ def test_pods_start_at_the_target_and_creation_fails_open(
                 raise
         log.close()
         print(Path(log.name).read_text()[-4000:], file=sys.stderr)
+        Path(log.name).unlink()

@@ -8,7 +8,8 @@ and started, targets moved up and down. At the end the audit compares every jour
 the last settled entry of each live pod (same uid) holds its "after" values (Verified) or "before" values
 (Reverted) in spec and status, and each pod's generation equals 1 + the resizes the journal says were sent.
 Exit 0 when the audit passes, 1 otherwise; the summary is printed as JSON. ``--seeds N`` runs N seeds one after
-another (from ``--seed``), each on a fresh cluster, and exits 0 only when all N pass.
+another (from ``--seed``), each on a fresh cluster, and exits 0 only when all N pass. A seed's temp dir (its
+cluster's and Prometheus's data) is removed when its audit passes and kept, with its path printed, otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -215,6 +217,7 @@ def soak(*, minutes: float, pods: int, seed: int) -> dict[str, Any]:
     cluster = LocalCluster(work / "cluster")
     state = cluster.start()
     sim = prom = None
+    kept = True
     counts: Counter[str] = Counter()
     try:
         api = config.new_client_from_config(config_file=state.kubeconfig)
@@ -320,6 +323,7 @@ def soak(*, minutes: float, pods: int, seed: int) -> dict[str, Any]:
         for p in problems[:50]:
             print(f"audit: {p}")
         print(json.dumps(summary, indent=2))
+        kept = bool(problems)
         return summary
     finally:
         if sim is not None:
@@ -327,6 +331,10 @@ def soak(*, minutes: float, pods: int, seed: int) -> dict[str, Any]:
         if prom is not None:
             prom.stop()
         cluster.stop()
+        if kept:  # a failed audit or an error: the cluster's and Prometheus's data (~70 MB) stay for a look
+            print(f"soak: seed {seed}: the cluster's and Prometheus's data are kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
