@@ -10,14 +10,14 @@ are counted apart and left out of the share: those whose usage is above podtailo
 than half the budget (CPU time; memory: hours per month), which the floor holds above their usage whatever the
 margin; where there are any, the CPU and OOM cells also give the realized rate over the other series. A series
 whose scored span holds less than one budgeted kill cannot land within [1/2, 2]x of an OOM
-budget (0 kills is below, 1 is above): the share counts only series with at least one. The OOM cell also
-gives the kills against the count the budget allows, with that count's Poisson standard deviation (``oom_count``):
-107 Google jobs hold 22.5 container-months, so at 0.5 a month the budget's 11 kills carry a standard deviation of
-30% by chance alone, twice the 15% goal. Even then a count is
+budget (0 kills is below, 1 is above): the share counts only series with at least one. Even then a count is
 Poisson-like: at exactly one budgeted kill, a perfectly calibrated series lands within [1/2, 2]x (1 or 2 kills)
 with probability 0.55, so the 80% goal is out of reach for OOM budgets over a month. The last column splits the
 OOM rate between those series and the rest: the margin of a series is lowered only past its first budgeted kill
-(``RiskBudget.memory_kill_allowance``), so the rest run at the priced level, whatever the budget.
+(``RiskBudget.memory_kill_allowance``), so the rest run at the priced level, whatever the budget. The OOM cell
+also gives the kills against the count the budget allows, with that count's Poisson standard deviation
+(``oom_count``): 107 Google jobs hold 22.5 container-months, so the 11.3 kills a budget of 0.5 a month allows
+there carry a standard deviation of 30% by chance alone, twice the 15% goal.
 
 ``--fleet`` replays each budget's series together in the order of time (``replay.replay_fleet``: one
 recommender serving them all, each step with the fleet's margins of the containers running then), as the
@@ -155,7 +155,7 @@ def oom_split(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) ->
 
 
 def oom_count(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) -> str:
-    """"; 16 kills where the budget allows 11.2 ± 3.4": the OOM count over the series the rate is judged on (those
+    """"; 16 kills where the budget allows 11.3 ± 3.4": the OOM count over the series the rate is judged on (those
     the floor does not hold, where it holds any) against the count the budget allows over their container-months,
     ± its Poisson standard deviation (the square root: the least noise a count of independent kills has, so the
     error a cell may show by chance alone; "" where memory is not budgeted)."""
