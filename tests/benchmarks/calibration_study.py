@@ -158,12 +158,12 @@ def oom_count(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) ->
     """"; 16 kills where the budget allows 11.3 ± 3.4": the OOM count over the series the rate is judged on (those
     the floor does not hold, where it holds any) against the count the budget allows over their container-months,
     ± its Poisson standard deviation (the square root: the least noise a count of independent kills has, so the
-    error a cell may show by chance alone; "" where memory is not budgeted)."""
-    if budget.oom_per_month <= 0:
-        return ""
+    error a cell may show by chance alone; "" where memory is not budgeted or no memory was scored)."""
     held = any(m for _, m in bound)
     pairs = [(k, m) for (k, m), (_, b) in zip(row.oom_series, bound, strict=False) if not (held and b)]
     kills, allowed = sum(k for k, _ in pairs), budget.oom_per_month * sum(m for _, m in pairs)
+    if allowed <= 0:
+        return ""
     shown = f"{kills:.0f}" if float(kills).is_integer() else f"{kills:.1f}"
     return f"; {shown} kills where the budget allows {allowed:.1f} ± {math.sqrt(allowed):.1f}"
 

@@ -28,3 +28,9 @@ def test_the_series_the_floor_holds_are_left_out_where_there_are_any() -> None:
 
 def test_nothing_is_said_where_memory_is_not_budgeted() -> None:
     assert oom_count(rates([_series(3, 2.0)]), [(False, False)], RiskBudget(cpu_over_share=0.01)) == ""
+
+
+def test_nothing_is_said_where_no_memory_was_scored() -> None:
+    cpu_only = Totals(series=1, seconds=2.0 * MONTH_S)  # a CPU-only trace: its OOM rate is n/a
+    assert rates([cpu_only]).oom_per_month is None
+    assert oom_count(rates([cpu_only]), [(False, False)], RiskBudget(oom_per_month=1.0)) == ""
