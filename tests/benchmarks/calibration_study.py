@@ -61,9 +61,11 @@ class Rates:
 
     cpu_share: float
     oom_per_month: float | None
-    cpu_series: tuple[float, ...]
-    oom_series: tuple[tuple[float, float], ...]
-    """Per series (kills, months)."""
+    cpu_series: tuple[float | None, ...]
+    """Per series, in the order of the totals: the share of time over the request; None where none was scored."""
+    oom_series: tuple[tuple[float, float] | None, ...]
+    """Per series, in the order of the totals: (kills, months); None where no memory was scored (a CPU-only
+    series), so that each entry stays beside its series' floor-bound flags."""
     metrics: Metrics
     """The backtest's figures over all series (slack, changes)."""
 
@@ -73,8 +75,9 @@ def rates(totals: list[Totals]) -> Rates:
     mem_s = sum(t.memory_seconds for t in totals)
     return Rates(cpu_share=sum(t.cpu_over_request_s for t in totals) / seconds if seconds else 0.0,
                  oom_per_month=sum(t.ooms for t in totals) / (mem_s / MONTH_S) if mem_s else None,
-                 cpu_series=tuple(t.cpu_over_request_s / t.seconds for t in totals if t.seconds > 0),
-                 oom_series=tuple((float(t.ooms), t.memory_seconds / MONTH_S) for t in totals if t.memory_seconds),
+                 cpu_series=tuple(t.cpu_over_request_s / t.seconds if t.seconds > 0 else None for t in totals),
+                 oom_series=tuple((float(t.ooms), t.memory_seconds / MONTH_S) if t.memory_seconds else None
+                                  for t in totals),
                  metrics=metrics(sum(totals, Totals())))
 
 
@@ -132,14 +135,19 @@ def study(series: list[Series], budgets: list[RiskBudget], workers: int, *,
     return out
 
 
+def _memory(row: Rates, bound: list[tuple[bool, bool]]) -> list[tuple[tuple[float, float], bool]]:
+    """Each series with memory scored: its (kills, months) and whether the floor holds its memory. The rows and
+    the flags are zipped whole, then the CPU-only series dropped, so that a mixed trace pairs them right."""
+    return [(km, mem_bound) for km, (_, mem_bound) in zip(row.oom_series, bound, strict=True) if km is not None]
+
+
 def within_share(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) -> tuple[float, float | None]:
     """The share of series within [1/2, 2]x of the budget, floor-bound series left out (CPU, memory)."""
     low, high = WITHIN
-    cpu = [r for r, (b, _) in zip(row.cpu_series, bound, strict=False) if not b]
+    cpu = [r for r, (b, _) in zip(row.cpu_series, bound, strict=True) if r is not None and not b]
     cpu_in = float(np.mean([low * budget.cpu_over_share <= r <= high * budget.cpu_over_share for r in cpu])) \
         if cpu else 0.0
-    mem = [(k, m) for (k, m), (_, b) in zip(row.oom_series, bound, strict=False)
-           if not b and budget.oom_per_month * m >= 1.0]
+    mem = [(k, m) for (k, m), b in _memory(row, bound) if not b and budget.oom_per_month * m >= 1.0]
     mem_in = None if not mem else float(np.mean([low * budget.oom_per_month <= k / m <= high * budget.oom_per_month
                                                  for k, m in mem]))
     return cpu_in, mem_in
@@ -148,8 +156,8 @@ def within_share(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget)
 def oom_split(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) -> str:
     """The OOM rate per container-month over the series whose scored span holds at least one budgeted kill (the
     ones the budget governs: ``RiskBudget.memory_kill_allowance``) and over the rest, each with its count."""
-    parts = [[(k, m) for (k, m), (_, b) in zip(row.oom_series, bound, strict=False)
-              if (not b and budget.oom_per_month * m >= 1.0) is want] for want in (True, False)]
+    parts = [[(k, m) for (k, m), b in _memory(row, bound) if (not b and budget.oom_per_month * m >= 1.0) is want]
+             for want in (True, False)]
     return " / ".join("n/a (0)" if not p else f"{sum(k for k, _ in p) / sum(m for _, m in p):.2f} ({len(p)})"
                       for p in parts)
 
@@ -160,7 +168,7 @@ def oom_count(row: Rates, bound: list[tuple[bool, bool]], budget: RiskBudget) ->
     ± its Poisson standard deviation (the square root: the least noise a count of independent kills has, so the
     error a cell may show by chance alone; "" where memory is not budgeted or no memory was scored)."""
     held = any(m for _, m in bound)
-    pairs = [(k, m) for (k, m), (_, b) in zip(row.oom_series, bound, strict=False) if not (held and b)]
+    pairs = [(k, m) for (k, m), b in _memory(row, bound) if not (held and b)]
     kills, allowed = sum(k for k, _ in pairs), budget.oom_per_month * sum(m for _, m in pairs)
     if allowed <= 0:
         return ""

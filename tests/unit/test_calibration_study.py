@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from recommender.backtest.scoring import Totals
 from recommender.model.podtailor_budget import MONTH_S, RiskBudget
-from tests.benchmarks.calibration_study import oom_count, rates
+from tests.benchmarks.calibration_study import oom_count, oom_split, rates, within_share
 
 
 def _series(kills: int, months: float) -> Totals:
@@ -34,3 +34,16 @@ def test_nothing_is_said_where_no_memory_was_scored() -> None:
     cpu_only = Totals(series=1, seconds=2.0 * MONTH_S)  # a CPU-only trace: its OOM rate is n/a
     assert rates([cpu_only]).oom_per_month is None
     assert oom_count(rates([cpu_only]), [(False, False)], RiskBudget(oom_per_month=1.0)) == ""
+
+
+def test_a_cpu_only_series_keeps_the_floor_flags_beside_their_own_series() -> None:
+    # A mixed trace: a CPU-only series first, then a memory series the floor does not hold, then one it does.
+    # Before the rows kept their None, the memory rows shifted one place and took their neighbours' flags.
+    cpu_only = Totals(series=1, seconds=2.0 * MONTH_S)
+    row = rates([cpu_only, _series(1, 2.0), _series(0, 16.0)])
+    assert row.oom_series == (None, (1.0, 2.0), (0.0, 16.0))
+    bound = [(False, True), (False, False), (True, True)]
+    budget = RiskBudget(oom_per_month=0.5)
+    assert oom_count(row, bound, budget) == "; 1 kills where the budget allows 1.0 ± 1.0"
+    assert oom_split(row, bound, budget) == "0.50 (1) / 0.00 (1)"
+    assert within_share(row, bound, budget)[1] == 1.0  # the one judged series sits on its budget
