@@ -13,6 +13,7 @@ runs the real CLI. ``DrillRow`` appends the drill's one-line result to ``tests/a
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import os
 import signal
@@ -364,6 +365,49 @@ class RecordingResizer(PodResizer):
     def landed(self) -> list[ResizeCall]:
         with self.lock:
             return [c for c in self.calls if c.generation is not None]
+
+
+@dataclass(frozen=True)
+class ReadCall:
+    started: float
+    ended: float
+    ok: bool
+
+
+class ReadLog:
+    """When each read of the cluster or of the journals started and returned, and whether it returned data. A
+    pass is known by when its reads returned, not by when it began: a read begun during an outage may be held
+    by the API server until the outage ends, and then answer from fresh data."""
+
+    def __init__(self) -> None:
+        self.calls: list[ReadCall] = []
+        self.lock = threading.Lock()
+
+    def timed(self, read: Callable[[], Any]) -> Any:
+        t0, ok = time.monotonic(), False
+        try:
+            result = read()
+            ok = True
+            return result
+        finally:
+            with self.lock:
+                self.calls.append(ReadCall(started=t0, ended=time.monotonic(), ok=ok))
+
+    def answered(self) -> list[ReadCall]:
+        with self.lock:
+            return [c for c in self.calls if c.ok]
+
+
+class RecordingStore(RolloutStore):
+    """The real journal store, its ``list`` timed in ``log`` (a spy, not a fake)."""
+
+    def __init__(self, api: client.ApiClient, log: ReadLog) -> None:
+        super().__init__(api)
+        self.log = log
+
+    def list(self) -> builtins.list[Rollout]:
+        result: builtins.list[Rollout] = self.log.timed(super().list)
+        return result
 
 
 class UpdaterProcess:
