@@ -18,7 +18,8 @@ class Core:
     """CoreV1Api's ``create_namespaced_event`` answering from a list: an exception to raise, or None to land."""
 
     def __init__(self, answers: list[BaseException | None]) -> None:
-        self.answers, self.posted = answers, list[dict[str, Any]]()
+        self.answers = answers
+        self.posted: list[dict[str, Any]] = []
 
     def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
         answer = self.answers.pop(0) if self.answers else None
