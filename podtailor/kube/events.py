@@ -77,11 +77,12 @@ class EventRecorder:
         except Exception as err:  # best effort: an Event must never fail the caller's pass or action
             kind = classify(err, "record Event")
             passing = isinstance(kind, TemporaryKubeError) and kind.status != 409
+            quiet_s = max(QUIET_S, kind.retry_after_s) if passing else 0.0
             if passing:
                 with self._lock:
-                    self.quiet_until = max(self.quiet_until, self.clock() + max(QUIET_S, kind.retry_after_s))
+                    self.quiet_until = max(self.quiet_until, self.clock() + quiet_s)
             log.warning("event not recorded", extra={"reason": reason, "error": str(err), "component": self.component,
-                                                     "quiet_s": QUIET_S if passing else 0.0})
+                                                     "quiet_s": quiet_s})
             return
         with self._lock:
             dropped, self.dropped = self.dropped, 0
