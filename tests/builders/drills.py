@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client
@@ -367,6 +367,9 @@ class RecordingResizer(PodResizer):
             return [c for c in self.calls if c.generation is not None]
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
 class ReadCall:
     started: float
@@ -383,7 +386,7 @@ class ReadLog:
         self.calls: list[ReadCall] = []
         self.lock = threading.Lock()
 
-    def timed(self, read: Callable[[], Any]) -> Any:
+    def timed(self, read: Callable[[], T]) -> T:
         t0, ok = time.monotonic(), False
         try:
             result = read()
@@ -406,8 +409,7 @@ class RecordingStore(RolloutStore):
         self.log = log
 
     def list(self) -> builtins.list[Rollout]:
-        result: builtins.list[Rollout] = self.log.timed(super().list)
-        return result
+        return self.log.timed(super().list)
 
 
 class UpdaterProcess:
