@@ -25,13 +25,15 @@ fleet's pooled memory margin (``RiskBudget.memory_fleet_eta``) needs: replayed o
 fleet of one. It runs one process per budget.
 
 ``python -m tests.benchmarks.calibration_study [--trace NAME ...] [--series N] [--scales 0.1,1,10]
-[--budgets B1;B2;B3] [--fleet] [--write]``; ``--write`` puts the table into the ``calibration`` section of
-RESULTS.md.
+[--budgets B1;B2;B3] [--set FIELD=NUMBER | --set part.field=JSON ...] [--fleet] [--write]``; ``--write`` puts the
+table into the ``calibration`` section of RESULTS.md. ``--set`` probes another setting: a RiskBudget field at
+every budget (``cpu_eta_start=1``) or another parameter of podtailor's by part (``cpu.half_life_s=21600``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -105,12 +107,13 @@ def _fleet_work(args: tuple[list[Series], StrategySpec, ReplayConfig]) -> list[T
 
 
 def study(series: list[Series], budgets: list[RiskBudget], workers: int, *,
-          fleet: bool = False) -> dict[str, object]:
+          fleet: bool = False, overrides: tuple[tuple[str, object], ...] = ()) -> dict[str, object]:
     """One replay of every series under VPA and podtailor at each budget; the rows and the floor-bound counts.
     ``fleet``: each budget's series are replayed together in time order (``replay.replay_fleet``, one process
-    per budget), so the fleet's margins are those of a recommender serving them all."""
+    per budget), so the fleet's margins are those of a recommender serving them all. ``overrides``: podtailor's
+    other parameters ("part.field", value), the same at every budget."""
     specs = [StrategySpec(name="vpa"), *(StrategySpec(name="podtailor", label=f"podtailor {budget_text(b)}",
-                                                      overrides=(("budget", b),)) for b in budgets)]
+                                                      overrides=(("budget", b), *overrides)) for b in budgets)]
     cfg = ReplayConfig(fleet=fleet_of(series, ReplayConfig()))
     series = [s for s in series if len(s) >= 2]  # score_series skips shorter ones
     with ProcessPoolExecutor(max_workers=max(workers, 1)) as pool:
@@ -212,6 +215,25 @@ def _vs(row: Rates, vpa: Rates) -> str:
            f"{a.changes_per_series_day:.2f} vs {b.changes_per_series_day:.2f}"
 
 
+def settings(items: list[str]) -> tuple[dict[str, float], tuple[tuple[str, object], ...]]:
+    """``--set`` items: RiskBudget's fields ("cpu_eta_start=1", a number) and podtailor's other parameters by
+    part ("cpu.half_life_s=21600", a JSON value). ValueError names the item that is not one."""
+    extra: dict[str, float] = {}
+    overrides: list[tuple[str, object]] = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        try:
+            if not key or not eq:
+                raise ValueError("not NAME=VALUE")
+            if "." in key:
+                overrides.append((key, json.loads(value)))
+            else:
+                extra[key] = float(value)
+        except ValueError as e:
+            raise ValueError(f"{item!r}: {e}") from None
+    return extra, tuple(overrides)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", action="append", choices=sorted(TRACES), help="default: every trace")
@@ -220,14 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default=DEFAULT_BUDGETS, help="three budgets, ';'-separated")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="another setting of every budget (RiskBudget's fields, e.g. cpu_eta_start=0.5)")
+                        help="another setting of every budget (RiskBudget's fields, e.g. cpu_eta_start=0.5), or of "
+                             "podtailor's other parameters by part (e.g. cpu.half_life_s=21600)")
     parser.add_argument("--fleet", action="store_true",
                         help="replay each budget's series together in time order, as one recommender serving the "
                              "fleet (its pooled margins: RiskBudget.memory_fleet_eta); one process per budget")
     parser.add_argument("--write", action="store_true", help="write the table into RESULTS.md (`calibration`)")
     args = parser.parse_args(argv)
-    extra = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
-    budgets = [replace(parse_budget(b), **extra) for b in args.budgets.split(";")]
+    try:
+        extra, overrides = settings(args.set)
+        budgets = [replace(parse_budget(b), **extra) for b in args.budgets.split(";")]
+        get_strategy("podtailor", **dict(overrides)).new_state()  # refused here, not in a worker later
+    except (TypeError, ValueError) as e:
+        parser.error(f"--set / --budgets: {e}")
     header = ["| trace | scale | budget | CPU share over request (vs budget) vs VPA | series within [1/2, 2]x "
               "(CPU) | OOM / container-month (vs budget) | series within [1/2, 2]x (OOM) | floor-bound series (CPU / "
               "memory) | CPU slack rel / mem slack rel / changes per day, vs VPA | OOM / container-month: series "
@@ -244,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         series = [s for _, s in zip(range(args.series or 10**9), read_trace(path, cols), strict=False)]
         for scale in args.scales.split(","):
             rows = lines(name, scale, study(scaled(series, float(scale)), budgets, args.workers,
-                                                 fleet=args.fleet))
+                                                 fleet=args.fleet, overrides=overrides))
             table += rows
             print("\n".join(rows), flush=True)
     if args.write:

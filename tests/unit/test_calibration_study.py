@@ -1,10 +1,13 @@
-"""The calibration study's OOM count against the budget (``tests/benchmarks/calibration_study.py``, #39 item 2)."""
+"""The calibration study's OOM count against the budget and its ``--set`` items
+(``tests/benchmarks/calibration_study.py``, #39 item 2)."""
 
 from __future__ import annotations
 
+import pytest
+
 from recommender.backtest.scoring import Totals
 from recommender.model.podtailor_budget import MONTH_S, RiskBudget
-from tests.benchmarks.calibration_study import oom_count, oom_split, rates, within_share
+from tests.benchmarks.calibration_study import oom_count, oom_split, rates, settings, within_share
 
 
 def _series(kills: int, months: float) -> Totals:
@@ -47,3 +50,15 @@ def test_a_cpu_only_series_keeps_the_floor_flags_beside_their_own_series() -> No
     assert oom_count(row, bound, budget) == "; 1 kills where the budget allows 1.0 ± 1.0"
     assert oom_split(row, bound, budget) == "0.50 (1) / 0.00 (1)"
     assert within_share(row, bound, budget)[1] == 1.0  # the one judged series sits on its budget
+
+
+def test_set_items_go_to_the_budget_or_to_podtailors_parts_by_their_name() -> None:
+    extra, overrides = settings(["cpu_eta_start=1", "cpu.half_life_s=21600", "cpu.throttle_correction=false"])
+    assert extra == {"cpu_eta_start": 1.0}
+    assert overrides == (("cpu.half_life_s", 21600), ("cpu.throttle_correction", False))
+
+
+@pytest.mark.parametrize("item", ["noeq", "=1", "cpu_eta_start=x", "cpu.half_life_s=six"])
+def test_a_set_item_that_is_not_one_is_named_in_the_error(item: str) -> None:
+    with pytest.raises(ValueError, match=item.replace(".", r"\.")):
+        settings([item])
