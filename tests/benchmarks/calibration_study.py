@@ -26,8 +26,9 @@ fleet of one. It runs one process per budget.
 
 ``python -m tests.benchmarks.calibration_study [--trace NAME ...] [--series N] [--scales 0.1,1,10]
 [--budgets B1;B2;B3] [--set FIELD=NUMBER | --set part.field=JSON ...] [--fleet] [--write]``; ``--write`` puts the
-table into the ``calibration`` section of RESULTS.md. ``--set`` probes another setting: a RiskBudget field at
-every budget (``cpu_eta_start=1``) or another parameter of podtailor's by part (``cpu.half_life_s=21600``).
+table into the ``calibration`` section of RESULTS.md. ``--set`` probes another setting by hand (never with
+``--write``): a RiskBudget field at every budget (``cpu_eta_start=1``) or another parameter of podtailor's by part
+(``cpu.half_life_s=21600``).
 """
 
 from __future__ import annotations
@@ -249,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                              "fleet (its pooled margins: RiskBudget.memory_fleet_eta); one process per budget")
     parser.add_argument("--write", action="store_true", help="write the table into RESULTS.md (`calibration`)")
     args = parser.parse_args(argv)
+    if args.write and args.set:
+        parser.error("--write: the section is the default's calibration; --set is for probes by hand")
     try:
         extra, overrides = settings(args.set)
         budgets = [replace(parse_budget(b), **extra) for b in args.budgets.split(";")]

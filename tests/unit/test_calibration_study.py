@@ -7,7 +7,7 @@ import pytest
 
 from recommender.backtest.scoring import Totals
 from recommender.model.podtailor_budget import MONTH_S, RiskBudget
-from tests.benchmarks.calibration_study import oom_count, oom_split, rates, settings, within_share
+from tests.benchmarks.calibration_study import main, oom_count, oom_split, rates, settings, within_share
 
 
 def _series(kills: int, months: float) -> Totals:
@@ -62,3 +62,9 @@ def test_set_items_go_to_the_budget_or_to_podtailors_parts_by_their_name() -> No
 def test_a_set_item_that_is_not_one_is_named_in_the_error(item: str) -> None:
     with pytest.raises(ValueError, match=item.replace(".", r"\.")):
         settings([item])
+
+
+def test_a_probe_never_writes_the_default_s_section(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--set", "cpu.half_life_s=21600", "--write"])
+    assert done.value.code == 2 and "--set is for probes by hand" in capsys.readouterr().err
